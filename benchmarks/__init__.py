@@ -1,0 +1,1 @@
+"""Benchmarks: runnable with ``python -m benchmarks.<name>``."""

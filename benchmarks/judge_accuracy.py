@@ -1,0 +1,93 @@
+"""Judge accuracy against ground-truth rubric levels: exact level and within +-1.
+
+Usage:
+    python -m benchmarks.judge_accuracy --data data/simdroid_heldout --judge roboworld:offline [--group-by family] [--limit 200]
+
+Scores every labelled episode of a SimDROID dataset directory (``meta/episodes.jsonl`` with the
+final ``rubric_level`` + ``videos/<view>/episode_XXXXXX.mp4``) with the named judge -- the offline
+judge or any VLM judge (``roboworld:openai/gpt-4o`` ...) -- and prints exact and within-1
+accuracy, overall and per group (e.g. ``family`` or a ``source`` field that tells SimDROID
+rollouts from world-model rollouts).  Failed judgements count as wrong and are reported.  Writes
+JSON to ``benchmarks/results/judge_accuracy_<judge>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from judges.offline.dataset import iter_episodes, read_episode_index
+from judges.offline.evaluate import grouped_accuracy, level_accuracy
+from judges.registry import RUBRIC_OF_FAMILY, make_judge
+
+logger = logging.getLogger(__name__)
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+@dataclass
+class Args:
+    data: str
+    judge: str = "roboworld:offline"
+    group_by: str | None = None
+    limit: int | None = None
+    out: str | None = None
+
+
+def run(args: Args) -> dict:
+    family, _, rest = args.judge.partition(":")
+    if family not in ("roboworld", "binary"):
+        raise ValueError(f"judge accuracy compares rubric levels; use a 'roboworld:' or 'binary:' judge, got {args.judge!r} "
+                         f"(families: {sorted(RUBRIC_OF_FAMILY)})")
+    judge = make_judge(RUBRIC_OF_FAMILY[family], rest or "offline")
+    rows = read_episode_index(args.data)[: args.limit]
+    truth, preds, groups, failures = [], [], [], []
+    t0 = time.time()
+    from tqdm import tqdm
+
+    for ep in tqdm(iter_episodes(args.data, rows), total=len(rows), desc="judging"):
+        j = judge(ep)
+        label = ep.label if family == "roboworld" else int(ep.label == 5)
+        truth.append(label)
+        preds.append(j.score if j.ok else None)
+        groups.append(str(ep.metadata.get(args.group_by, "?")) if args.group_by else "all")
+        if not j.ok:
+            failures.append({"episode_index": ep.metadata["episode_index"], "error": j.error})
+    overall = level_accuracy(truth, preds, 6 if family == "roboworld" else 2)
+    result = {
+        "benchmark": "judge_accuracy", "judge": args.judge, "data": str(args.data), "n": len(rows),
+        "overall": overall, "seconds": time.time() - t0, "failures": failures[:50],
+        "usage": getattr(getattr(judge, "usage", None), "to_dict", lambda: None)(),
+    }
+    if args.group_by:
+        result["by_" + args.group_by] = grouped_accuracy(zip(groups, truth, preds))
+    out = Path(args.out) if args.out else RESULTS_DIR / f"judge_accuracy_{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.judge)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    result["path"] = str(out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.judge_accuracy", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="labelled dataset directory (held-out episodes)")
+    p.add_argument("--judge", default="roboworld:offline", help="judge name, e.g. roboworld:offline or roboworld:openai/gpt-4o")
+    p.add_argument("--group-by", default=None, help="episodes.jsonl field to break accuracy down by (family, source, ...)")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/...)")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    r = run(Args(data=a.data, judge=a.judge, group_by=a.group_by, limit=a.limit, out=a.out))
+    o = r["overall"]
+    print(f"{a.judge}: n={o['n']} exact={o['exact']:.3f} within_1={o['within_1']:.3f} failed={o['failed']}")
+    for g, acc in r.get("by_" + (a.group_by or ""), {}).items():
+        print(f"  {a.group_by}={g}: n={acc['n']} exact={acc['exact']:.3f} within_1={acc['within_1']:.3f}")
+    print(f"wrote {r['path']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""World-model throughput: generated frames per second, KV cache vs recomputing the window.
+
+Usage::
+
+    python -m benchmarks.throughput --quick            # < 60 s on a laptop CPU
+    python -m benchmarks.throughput --model runs/sf/model --batch-sizes 1 8 --steps 60
+
+For each batch size it times (a) ``WorldModel.step`` (S denoising passes over the new frame reading the
+KV cache + one commit pass + decoding the three views) and (b) the same frame produced by recomputing
+the whole window from scratch on every denoising pass (no cache) + decoding.  A "frame" is one time
+step of one environment (three views); ``frames_per_s = batch * time_steps / s``.  Warm-up steps fill
+the window first so the timed steps run at full window.  JSON goes to
+``benchmarks/results/throughput.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+
+def _recompute_step(wm, history, hist_cond, cond, generator, window):
+    """One time step without a cache: every pass reruns the DiT over the last ``window`` frames."""
+    import torch
+
+    from neuralsim.world_model.sampler import euler_step, sample_noise
+
+    d = wm.config.dit
+    b = cond.shape[0]
+    x = sample_noise((b, d.num_views, d.latent_channels, d.latent_size, d.latent_size), generator, wm.device)
+    ts = [0.0] + list(wm.config.schedule)
+    hist, hc = history[:, -(window - 1):] if window > 1 else history[:, :0], hist_cond[:, -(window - 1):] if window > 1 else hist_cond[:, :0]
+    for k in range(len(ts) - 1, 0, -1):
+        seq = torch.cat([hist, x[:, None]], 1)
+        t = torch.zeros(seq.shape[:2])
+        t[:, -1] = ts[k]
+        v = wm.dit(seq, t, torch.cat([hc, cond[:, None]], 1))[:, -1]
+        x = euler_step(x, v, ts[k], ts[k - 1])
+    return x, wm.decode(x)
+
+
+def measure(wm, batch: int, steps: int, window: int, seed: int = 0) -> dict:
+    import torch
+
+    s = wm.config.autoencoder.image_size
+    g = torch.Generator().manual_seed(seed)
+    views = torch.randint(0, 256, (batch, 3, s, s, 3), dtype=torch.uint8, generator=g)
+    cond = torch.zeros(batch, 7)
+    warm = window  # fill the window first
+    state = wm.new_state(batch, window=window)
+    wm.reset(state, None, views, cond)
+    frames = [wm.encode(views)]
+    for _ in range(warm):
+        frames.append(wm.step_latents(state, cond, g))
+        wm.decode(frames[-1])
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        wm.step(state, cond, g)
+    cached = time.perf_counter() - t0
+
+    with torch.inference_mode():  # recompute from the same full window the cached run had
+        hist, hc = torch.stack(frames[-window:], 1), cond[:, None].expand(-1, min(window, len(frames)), -1)
+        n_re = max(2, steps // 4)
+        t0 = time.perf_counter()
+        for _ in range(n_re):
+            x, _ = _recompute_step(wm, hist, hc, cond, g, window)
+            hist, hc = torch.cat([hist, x[:, None]], 1)[:, -window:], torch.cat([hc, cond[:, None]], 1)[:, -window:]
+        recompute = (time.perf_counter() - t0) / n_re
+    per_step = cached / steps
+    return {
+        "batch_size": batch,
+        "window": window,
+        "cached_time_steps_per_s": 1.0 / per_step,
+        "cached_frames_per_s": batch / per_step,
+        "recompute_time_steps_per_s": 1.0 / recompute,
+        "recompute_frames_per_s": batch / recompute,
+        "cache_speedup": recompute / per_step,
+        "cache_memory_mb": state.cache.memory_bytes() / 2**20,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None, help="WorldModel checkpoint dir (default: untrained default config)")
+    p.add_argument("--config", default="default", help="preset when --model is not given")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--steps", type=int, default=60, help="timed time steps per batch size")
+    p.add_argument("--window", type=int, default=None)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: with 2 threads, small-batch inference collapses when another "
+                        "process holds a core -- OpenMP threads wait on a descheduled peer; 0 = torch default)")
+    p.add_argument("--quick", action="store_true", help="fewer steps (< 60 s)")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "throughput.json"))
+    args = p.parse_args(argv)
+
+    import torch
+
+    from neuralsim.world_model.config import preset
+    from neuralsim.world_model.model import WorldModel
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.model:
+        wm = WorldModel.from_pretrained(args.model)
+    else:
+        torch.manual_seed(0)
+        wm = WorldModel(preset(args.config)).eval()
+        with torch.no_grad():  # untrained AdaLN-Zero weights would skip work; use random ones
+            for prm in wm.dit.parameters():
+                prm.normal_(0, 0.02)
+    window = args.window or wm.config.window
+    steps = 10 if args.quick else args.steps
+    results = []
+    for b in args.batch_sizes:
+        r = measure(wm, b, steps, window)
+        results.append(r)
+        print(f"batch {b:3d}: cached {r['cached_frames_per_s']:7.1f} frames/s ({r['cached_time_steps_per_s']:.1f} "
+              f"steps/s), recompute {r['recompute_frames_per_s']:7.1f} frames/s, speedup x{r['cache_speedup']:.1f}, "
+              f"cache {r['cache_memory_mb']:.2f} MiB")
+    out = {
+        "model": args.model or f"untrained preset '{args.config}'",
+        "dit_params": sum(q.numel() for q in wm.dit.parameters()),
+        "autoencoder_params": sum(q.numel() for q in wm.autoencoder.parameters()),
+        "tokens_per_frame": wm.config.dit.tokens_per_frame,
+        "denoising_steps": wm.config.num_steps,
+        "threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
+        "quick": args.quick,
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""The backend interface: one multimodal question in, the model's text (and token usage) out."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from judges.pricing import cost_usd
+
+
+@dataclass
+class BackendReply:
+    """A model's answer to one request.
+
+    Attributes:
+        text: the answer text (JSON when structured output was requested).
+        input_tokens, output_tokens: usage as reported by the API (0 when not reported).
+    """
+
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class Backend(abc.ABC):
+    """A vision-language model reachable by one call per question.
+
+    Subclasses raise :class:`~judges.judgement.TransientBackendError` for failures worth retrying
+    (timeouts, connection errors, 408/409/429/5xx) and
+    :class:`~judges.judgement.PermanentBackendError` for the rest; they never put API keys in
+    exception messages or logs.
+    """
+
+    #: short backend name ("openai", "gemini", "local").
+    name: str = ""
+    #: model name or directory.
+    model: str = ""
+    #: (USD per 1M input tokens, USD per 1M output tokens), or None when unknown.
+    price: tuple[float, float] | None = None
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        *,
+        system: str,
+        prompt: str,
+        images: Sequence[np.ndarray],
+        json_schema: dict[str, Any] | None,
+        timeout_s: float,
+    ) -> BackendReply:
+        """Ask one question: ``system`` text, ``prompt`` text, then ``images`` in order."""
+
+    def identity(self) -> dict[str, Any]:
+        """What determines the answer besides the question (cache key part; never secrets)."""
+        return {"backend": self.name, "model": self.model}
+
+    def cost(self, reply: BackendReply) -> float | None:
+        return cost_usd(self.price, reply.input_tokens, reply.output_tokens)
+
+
+def scrub(message: str, *secrets: str | None) -> str:
+    """Remove secrets (API keys) from a message before it is raised or logged."""
+    for s in secrets:
+        if s and len(s) >= 4:
+            message = message.replace(s, "***")
+    return message

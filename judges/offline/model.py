@@ -1,0 +1,169 @@
+"""Offline judge architecture: per-view tiny CNN -> per-frame token -> temporal transformer -> level.
+
+Input: the sampled frames of an episode (T <= 30 at 1 fps, the RoboWorld segments concatenated),
+every frame as its three views, plus the instruction as hashed words.  Each view image goes
+through a shared small CNN, the three view features (with a learned view embedding) are fused
+into one token per frame, a learned time embedding is added, an instruction token is prepended,
+and a small transformer encoder mixes them; the instruction token's output predicts the rubric
+level (6-way classification).  Weights: safetensors + ``config.json``, loaded by
+:meth:`OfflineJudgeModel.from_pretrained` (never ``torch.load``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+VIEW_NAMES = ("exterior_image_1_left", "exterior_image_2_left", "wrist_image_left")
+
+
+@dataclass
+class OfflineJudgeConfig:
+    """Everything needed to rebuild the model; saved beside the weights as ``config.json``.
+
+    Attributes:
+        image_size: views are resized to image_size x image_size before the CNN.
+        views: view names, in the order they are stacked.
+        sample_fps: frames per second sampled from the episode (RoboWorld: 1).
+        num_segments: segments the sampled frames are split into (RoboWorld: 2).
+        max_frames_per_segment: frames per segment (RoboWorld: 15).
+        channels: output channels of the CNN's stride-2 conv stages.
+        dim: width of the frame tokens and the transformer.
+        heads: attention heads of the transformer.
+        layers: transformer encoder layers.
+        vocab_buckets: hash buckets for instruction words (0 is padding).
+        max_words: instruction words kept.
+        num_levels: rubric levels (0..5 -> 6).
+        dropout: dropout in the transformer and head.
+    """
+
+    image_size: int = 64
+    views: tuple[str, ...] = VIEW_NAMES
+    sample_fps: float = 1.0
+    num_segments: int = 2
+    max_frames_per_segment: int = 15
+    channels: tuple[int, ...] = (16, 32, 64, 96)
+    dim: int = 128
+    heads: int = 4
+    layers: int = 2
+    vocab_buckets: int = 1024
+    max_words: int = 24
+    num_levels: int = 6
+    dropout: float = 0.1
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.views = tuple(self.views)
+        self.channels = tuple(self.channels)
+        if self.dim % self.heads:
+            raise ValueError(f"dim ({self.dim}) must be divisible by heads ({self.heads})")
+        if self.image_size < 2 ** len(self.channels):
+            raise ValueError(f"image_size {self.image_size} too small for {len(self.channels)} stride-2 stages")
+        unknown = [v for v in self.views if v not in VIEW_NAMES]
+        if unknown:
+            raise ValueError(f"unknown views {unknown}; valid: {VIEW_NAMES}")
+
+    @property
+    def max_frames(self) -> int:
+        """Longest frame sequence the model sees (both segments)."""
+        return self.num_segments * self.max_frames_per_segment
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "OfflineJudgeConfig":
+        return cls(**json.loads(text))
+
+
+class ViewEncoder(nn.Module):
+    """Shared CNN: (N, 3, S, S) float in [0, 1] -> (N, C) feature."""
+
+    def __init__(self, channels: tuple[int, ...]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for c in channels:
+            layers += [nn.Conv2d(c_in, c, 3, stride=2, padding=1), nn.GroupNorm(min(8, c), c), nn.SiLU(),
+                       nn.Conv2d(c, c, 3, padding=1), nn.GroupNorm(min(8, c), c), nn.SiLU()]
+            c_in = c
+        self.net = nn.Sequential(*layers)
+        self.out_dim = c_in * 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.net(x)  # (N, C, s, s)
+        return torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3))], dim=1)  # (N, 2C)
+
+
+class OfflineJudgeModel(nn.Module):
+    """Predicts rubric-level logits from sampled multi-view frames and the instruction."""
+
+    def __init__(self, config: OfflineJudgeConfig) -> None:
+        super().__init__()
+        self.config = cfg = config
+        self.encoder = ViewEncoder(cfg.channels)
+        v = len(cfg.views)
+        self.view_embed = nn.Parameter(torch.zeros(v, self.encoder.out_dim))
+        self.fuse = nn.Sequential(nn.Linear(v * self.encoder.out_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim))
+        self.time_embed = nn.Embedding(cfg.max_frames, cfg.dim)
+        self.words = nn.EmbeddingBag(cfg.vocab_buckets, cfg.dim, mode="mean", padding_idx=0)
+        self.cls = nn.Parameter(torch.zeros(cfg.dim))
+        layer = nn.TransformerEncoderLayer(cfg.dim, cfg.heads, 2 * cfg.dim, cfg.dropout, batch_first=True, norm_first=True)
+        self.temporal = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(cfg.dim)
+        self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(2 * cfg.dim, cfg.num_levels))
+        self.register_buffer("pixel_mean", torch.tensor([0.45, 0.45, 0.45]).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, frames: torch.Tensor, mask: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """Logits over levels.
+
+        Args:
+            frames: (B, T, V, 3, S, S) uint8 or float in [0, 1]; padded frames are ignored via ``mask``.
+            mask: (B, T) bool, True for real frames.
+            words: (B, L) int64 hashed instruction words, 0 = padding.
+
+        Returns:
+            (B, num_levels) logits.
+        """
+        b, t, v, c, s, _ = frames.shape
+        x = frames.reshape(b * t * v, c, s, s)
+        x = x.float() / 255.0 if frames.dtype == torch.uint8 else x.float()
+        x = (x - self.pixel_mean) / self.pixel_std
+        h = self.encoder(x).view(b, t, v, -1) + self.view_embed  # (B, T, V, E)
+        h = self.fuse(h.reshape(b, t, -1))  # (B, T, D)
+        h = h + self.time_embed(torch.arange(t, device=h.device))[None]
+        instr = self.words(words) + self.cls  # (B, D)
+        tokens = torch.cat([instr[:, None], h], dim=1)  # (B, 1 + T, D)
+        pad = torch.cat([torch.zeros_like(mask[:, :1]), ~mask], dim=1)  # True = ignore
+        out = self.norm(self.temporal(tokens, src_key_padding_mask=pad))
+        m = mask.unsqueeze(-1).float()
+        pooled = (out[:, 1:] * m).sum(1) / m.sum(1).clamp_min(1.0)  # mean over real frames
+        return self.head(torch.cat([out[:, 0], pooled], dim=-1))
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``model.safetensors`` and ``config.json`` to ``directory``."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(d / "model.safetensors"))
+        (d / "config.json").write_text(self.config.to_json())
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> "OfflineJudgeModel":
+        """Load a model written by :meth:`save_pretrained` (safetensors only, no pickle)."""
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        if not (d / "model.safetensors").is_file() or not (d / "config.json").is_file():
+            raise FileNotFoundError(f"{str(d)!r} has no model.safetensors + config.json")
+        model = cls(OfflineJudgeConfig.from_json((d / "config.json").read_text()))
+        model.load_state_dict(load_file(str(d / "model.safetensors"), device="cpu"))
+        return model.to(device).eval()

@@ -1,0 +1,260 @@
+"""The SimDROID MuJoCo scene: a Franka Panda on a table, coloured cubes, a bowl and a target pad.
+
+The arm is built from the Panda meshes that ``gymnasium-robotics`` ships (low-poly collision meshes,
+which render ~10x faster than the visual ones on a CPU), with its kinematic chain corrected to match
+Franka's modified-DH table exactly (``neuralsim.kinematics``):
+
+* link 6 of the shipped model is yawed by +pi/2 relative to DH (its joint 6 range is shifted by
+  -pi/2 to compensate); here link 6 is the DH frame and joint 6 has the datasheet range;
+* link 7 of the shipped model is yawed by +pi/4; here link 7 is the DH frame, and the hand is mounted
+  at -pi/4 about the flange axis as on the real robot;
+* joint ranges are Franka's datasheet values;
+* a ``flange`` site sits 0.107 m along joint 7's axis, so its pose equals ``forward_kinematics(q)``.
+
+The scene is generated as an MJCF string so object counts, sizes and cameras live in one place.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuralsim import kinematics as K
+
+#: Edge length of the manipulable cubes [m].
+CUBE_SIZE = 0.05
+#: Number of cubes in the scene (the episode's target, a second cube for stacking, distractors).
+NUM_CUBES = 3
+#: Table top height [m] in the robot base frame (the base stands on the floor beside the table).
+TABLE_HEIGHT = 0.0
+#: Bowl geometry: inner half-extent [m], wall height [m], wall thickness [m].
+BOWL_HALF = 0.065
+BOWL_WALL_H = 0.045
+BOWL_WALL_T = 0.008
+#: Target pad half-extent [m].
+PAD_HALF = 0.07
+#: Physics steps per 1/15 s control period.
+SUBSTEPS = 32
+TIMESTEP = 1.0 / (K.CONTROL_HZ * SUBSTEPS)
+#: Finger travel [m] per finger: 0 = closed, 0.04 = open.
+FINGER_OPEN = 0.04
+
+CAMERA_NAMES = ("exterior_1", "exterior_2", "wrist")
+
+
+def franka_mesh_dir() -> str:
+    """Directory of the Panda meshes shipped by gymnasium-robotics."""
+    import importlib.util
+
+    # Locate the package without importing it (its import prints unrelated deprecation notices).
+    spec = importlib.util.find_spec("gymnasium_robotics")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("SimDROID needs the Panda meshes from gymnasium-robotics: pip install gymnasium-robotics")
+    d = os.path.join(list(spec.submodule_search_locations)[0], "envs", "assets", "kitchen_franka",
+                     "franka_assets", "meshes", "collision")
+    if not os.path.isdir(d):
+        raise FileNotFoundError(f"Panda meshes not found at {d}; is gymnasium-robotics installed correctly?")
+    return d
+
+
+def _joint_range(i: int) -> str:
+    return f"{K.JOINT_LIMITS_LOW[i]:.4f} {K.JOINT_LIMITS_HIGH[i]:.4f}"
+
+
+def _finger(name: str, sign: int) -> str:
+    s = "" if sign > 0 else "-"
+    caps = []
+    for r, y0, y1, z in [(0.0070, .006, .009, .0875), (0.0075, .007, .010, .0775), (0.0082, .008, .011, .0675),
+                         (0.0090, .009, .012, .0575), (0.0100, .0105, .0135, .0475), (0.0110, .012, .015, .035)]:
+        caps.append(f'<geom class="fingerpad" size="{r}" fromto=".009 {s}{y0} {z} -.009 {s}{y1} {z}"/>')
+        caps.append(f'<geom class="fingerpad" size="{r}" fromto=".009 {s}{y1} {z} -.009 {s}{y0} {z}"/>')
+    axis = "0 1 0" if sign > 0 else "0 -1 0"
+    quat_mesh = "" if sign > 0 else ' quat="0 0 0 1"'
+    return f"""
+      <body name="{name}" pos="0 0 0.0584">
+        <inertial pos="0 {s}0.0119 0.0434" mass="0.0927" diaginertia="6.6e-05 6.1e-05 1.1e-05"/>
+        <joint name="{name}_joint" type="slide" axis="{axis}" range="0 {FINGER_OPEN}" damping="10" armature="0.1"/>
+        <geom class="visual" mesh="finger"{quat_mesh}/>
+        {''.join(caps)}
+        <geom class="fingerpad" type="box" size="0.0185 0.0120 0.0175" pos="0 {s}0.014 0.015"/>
+      </body>"""
+
+
+def build_mjcf() -> str:
+    """The SimDROID scene as an MJCF string."""
+    mesh_dir = franka_mesh_dir()
+    links = [f'<mesh name="link{i}" file="link{i}.stl"/>' for i in range(8)]
+    cubes = []
+    for i in range(NUM_CUBES):
+        h = CUBE_SIZE / 2
+        cubes.append(f"""
+    <body name="cube{i}" pos="{0.4 + 0.1 * i} 0.3 {TABLE_HEIGHT + h}">
+      <freejoint name="cube{i}_free"/>
+      <geom name="cube{i}" type="box" size="{h} {h} {h}" mass="0.08" rgba="1 0 0 1" friction="1.2 0.01 0.001"
+            condim="4" solref="0.005 1"/>
+    </body>""")
+    bw, bh, bt = BOWL_HALF, BOWL_WALL_H, BOWL_WALL_T
+    walls = []
+    for k, (px, py, sx, sy) in enumerate([(bw + bt, 0, bt, bw + 2 * bt), (-bw - bt, 0, bt, bw + 2 * bt),
+                                          (0, bw + bt, bw, bt), (0, -bw - bt, bw, bt)]):
+        walls.append(f'<geom name="bowl_wall{k}" type="box" pos="{px} {py} {bh / 2}" size="{sx} {sy} {bh / 2}" rgba="0 0 1 1"/>')
+    q0 = K.RESET_JOINT_POSITION
+    keyframe_q = " ".join(f"{v:.6f}" for v in list(q0) + [FINGER_OPEN, FINGER_OPEN])
+    return f"""<mujoco model="simdroid">
+  <compiler angle="radian" meshdir="{mesh_dir}" autolimits="true"/>
+  <option timestep="{TIMESTEP:.8f}" integrator="implicitfast" cone="elliptic" impratio="10"/>
+  <visual>
+    <global offwidth="256" offheight="256"/>
+    <quality shadowsize="0"/>
+    <headlight ambient="0.45 0.45 0.45" diffuse="0.5 0.5 0.5" specular="0 0 0"/>
+  </visual>
+  <asset>
+    {''.join(links)}
+    <mesh name="hand" file="hand.stl"/>
+    <mesh name="finger" file="finger.stl" scale="1.75 1.0 1.75"/>
+    <texture name="floor" type="2d" builtin="checker" rgb1=".32 .30 .28" rgb2=".28 .26 .24" width="64" height="64"/>
+    <material name="floor" texture="floor" texrepeat="6 6"/>
+  </asset>
+  <default>
+    <default class="visual">
+      <geom type="mesh" contype="0" conaffinity="0" group="0" rgba=".92 .92 .90 1"/>
+    </default>
+    <default class="collision">
+      <geom type="mesh" group="3" rgba=".5 .6 .7 1"/>
+    </default>
+    <default class="fingerpad">
+      <geom type="capsule" group="3" friction="1.5 0.01 0.001" condim="4" solref="0.005 1" rgba=".3 .3 .3 1"/>
+    </default>
+    <joint damping="2" armature="0.1"/>
+  </default>
+  <worldbody>
+    <light pos="0.5 0 1.5" dir="0 0 -1" diffuse=".6 .6 .6" castshadow="false"/>
+    <geom name="floor" type="plane" size="3 3 .1" pos="0 0 -0.75" material="floor"/>
+    <geom name="table" type="box" pos="0.55 0 {TABLE_HEIGHT - 0.02}" size="0.45 0.6 0.02" rgba=".62 .50 .38 1"/>
+    <geom name="pedestal" type="box" pos="0 0 -0.38" size="0.1 0.1 0.36" rgba=".2 .2 .2 1" contype="0" conaffinity="0"/>
+    <camera name="exterior_1" pos="0.55 0.75 0.55" xyaxes="-1 0 0 0 -0.55 0.84" fovy="58"/>
+    <camera name="exterior_2" pos="0.55 -0.75 0.55" xyaxes="1 0 0 0 0.55 0.84" fovy="58"/>
+    <body name="link0" gravcomp="1">
+      <geom class="visual" mesh="link0"/>
+      <body name="link1" pos="0 0 0.333" gravcomp="1">
+        <inertial pos="0 -0.04 -0.05" mass="2.7" diaginertia="0.016 0.016 0.006"/>
+        <joint name="joint1" axis="0 0 1" range="{_joint_range(0)}"/>
+        <geom class="visual" mesh="link1"/>
+        <body name="link2" quat="0.707107 -0.707107 0 0" gravcomp="1">
+          <inertial pos="0 -0.07 0.03" mass="2.73" diaginertia="0.018 0.017 0.006"/>
+          <joint name="joint2" axis="0 0 1" range="{_joint_range(1)}"/>
+          <geom class="visual" mesh="link2"/>
+          <body name="link3" pos="0 -0.316 0" quat="0.707107 0.707107 0 0" gravcomp="1">
+            <inertial pos="0.04 0.02 -0.04" mass="2.04" diaginertia="0.009 0.008 0.005"/>
+            <joint name="joint3" axis="0 0 1" range="{_joint_range(2)}"/>
+            <geom class="visual" mesh="link3"/>
+            <body name="link4" pos="0.0825 0 0" quat="0.707107 0.707107 0 0" gravcomp="1">
+              <inertial pos="-0.04 0.05 0.03" mass="2.08" diaginertia="0.009 0.008 0.005"/>
+              <joint name="joint4" axis="0 0 1" range="{_joint_range(3)}"/>
+              <geom class="visual" mesh="link4"/>
+              <body name="link5" pos="-0.0825 0.384 0" quat="0.707107 -0.707107 0 0" gravcomp="1">
+                <inertial pos="0 0.04 -0.1" mass="3.0" diaginertia="0.03 0.027 0.006"/>
+                <joint name="joint5" axis="0 0 1" range="{_joint_range(4)}"/>
+                <geom class="visual" mesh="link5"/>
+                <body name="link6" quat="0.707107 0.707107 0 0" gravcomp="1">
+                  <inertial pos="0.06 0 0.01" mass="1.32" diaginertia="0.004 0.003 0.003"/>
+                  <joint name="joint6" axis="0 0 1" range="{_joint_range(5)}"/>
+                  <geom class="visual" mesh="link6" quat="0.707107 0 0 -0.707107"/>
+                  <body name="link7" pos="0.088 0 0" quat="0.707107 0.707107 0 0" gravcomp="1">
+                    <inertial pos="0 0 0.08" mass="0.75" diaginertia="0.003 0.003 0.001"/>
+                    <joint name="joint7" axis="0 0 1" range="{_joint_range(6)}"/>
+                    <geom class="visual" mesh="link7" quat="0.92388 0 0 -0.382683"/>
+                    <site name="flange" pos="0 0 {K.FLANGE_OFFSET}" size="0.005"/>
+                    <body name="hand" pos="0 0 {K.FLANGE_OFFSET}" quat="0.92388 0 0 -0.382683" gravcomp="1">
+                      <inertial pos="0 0 0.03" mass="0.73" diaginertia="0.002 0.002 0.001"/>
+                      <geom class="visual" mesh="hand"/>
+                      <geom class="collision" mesh="hand" group="3"/>
+                      <site name="tcp" pos="0 0 0.1034" size="0.005"/>
+                      <camera name="wrist" pos="0.05 0 0.04" xyaxes="0 -1 0 0.9 0 0.44" fovy="75"/>
+                      {_finger("left_finger", 1)}
+                      {_finger("right_finger", -1)}
+                    </body>
+                  </body>
+                </body>
+              </body>
+            </body>
+          </body>
+        </body>
+      </body>
+    </body>
+    <body name="bowl" pos="0.5 -0.25 {TABLE_HEIGHT}">
+      <geom name="bowl_floor" type="box" pos="0 0 0.003" size="{bw + 2 * bt} {bw + 2 * bt} 0.003" rgba="0 0 1 1"/>
+      {''.join(walls)}
+    </body>
+    <body name="pad" pos="0.5 0.25 {TABLE_HEIGHT}">
+      <geom name="pad" type="box" pos="0 0 0.0005" size="{PAD_HALF} {PAD_HALF} 0.0005" rgba="1 1 0 1" contype="0" conaffinity="0"/>
+    </body>
+    {''.join(cubes)}
+  </worldbody>
+  <contact>
+    <exclude body1="link7" body2="hand"/>
+  </contact>
+  <actuator>
+    <position name="left_finger" joint="left_finger_joint" kp="400" kv="20" ctrlrange="0 {FINGER_OPEN}" forcerange="-40 40"/>
+    <position name="right_finger" joint="right_finger_joint" kp="400" kv="20" ctrlrange="0 {FINGER_OPEN}" forcerange="-40 40"/>
+  </actuator>
+  <keyframe>
+    <key name="home" qpos="{keyframe_q} {' '.join('0 0 0 1 0 0 0' for _ in range(NUM_CUBES))}"/>
+  </keyframe>
+</mujoco>"""
+
+
+@dataclass
+class SceneHandles:
+    """Integer ids into the compiled model, looked up once."""
+
+    arm_qpos: np.ndarray
+    arm_dof: np.ndarray
+    finger_qpos: np.ndarray
+    finger_dof: np.ndarray
+    cube_qpos: list
+    cube_body: list
+    cube_geom: list
+    flange_site: int
+    tcp_site: int
+    bowl_body: int
+    pad_body: int
+    pad_geom: int
+    bowl_geoms: list
+    finger_geoms: set
+    table_geom: int
+
+
+def load_model():
+    """Compile the scene; returns (model, data, handles)."""
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_string(build_mjcf())
+    data = mujoco.MjData(model)
+    jid = lambda n: mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)  # noqa: E731
+    bid = lambda n: mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, n)  # noqa: E731
+    gid = lambda n: mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, n)  # noqa: E731
+    arm_j = [jid(f"joint{i + 1}") for i in range(7)]
+    fing_j = [jid("left_finger_joint"), jid("right_finger_joint")]
+    fingers = {bid("left_finger"), bid("right_finger")}
+    finger_geoms = {g for g in range(model.ngeom) if model.geom_bodyid[g] in fingers and model.geom_contype[g]}
+    h = SceneHandles(
+        arm_qpos=np.array([model.jnt_qposadr[j] for j in arm_j]),
+        arm_dof=np.array([model.jnt_dofadr[j] for j in arm_j]),
+        finger_qpos=np.array([model.jnt_qposadr[j] for j in fing_j]),
+        finger_dof=np.array([model.jnt_dofadr[j] for j in fing_j]),
+        cube_qpos=[model.jnt_qposadr[jid(f"cube{i}_free")] for i in range(NUM_CUBES)],
+        cube_body=[bid(f"cube{i}") for i in range(NUM_CUBES)],
+        cube_geom=[gid(f"cube{i}") for i in range(NUM_CUBES)],
+        flange_site=mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "flange"),
+        tcp_site=mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "tcp"),
+        bowl_body=bid("bowl"),
+        pad_body=bid("pad"),
+        pad_geom=gid("pad"),
+        bowl_geoms=[gid("bowl_floor")] + [gid(f"bowl_wall{k}") for k in range(4)],
+        finger_geoms=finger_geoms,
+        table_geom=gid("table"),
+    )
+    return model, data, h

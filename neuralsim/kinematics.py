@@ -1,0 +1,158 @@
+"""Franka Panda kinematics and DROID's robot conventions.
+
+Forward kinematics follows Franka's *modified* (Craig) Denavit-Hartenberg table plus the 0.107 m
+flange.  DROID's ``cartesian_position`` is exactly the flange pose: xyz in metres followed by
+extrinsic XYZ Euler angles (``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``).  Checked against the real DROID
+sample in ``shared/data/droid_real`` (``tests/test_kinematics.py``).
+
+Every function is batched over leading dimensions and accepts numpy arrays or torch tensors; the
+result has the input's type, dtype and device.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DH_TABLE",
+    "FLANGE_OFFSET",
+    "JOINT_LIMITS_LOW",
+    "JOINT_LIMITS_HIGH",
+    "JOINT_VELOCITY_LIMITS",
+    "RESET_JOINT_POSITION",
+    "MAX_JOINT_DELTA",
+    "flange_transforms",
+    "forward_kinematics",
+    "matrix_to_euler_xyz",
+    "euler_xyz_to_matrix",
+    "link_transforms",
+]
+
+#: Modified DH parameters (a_{i-1} [m], d_i [m], alpha_{i-1} [rad]) for joints 1..7.
+DH_TABLE = np.array(
+    [
+        [0.0, 0.333, 0.0],
+        [0.0, 0.0, -math.pi / 2],
+        [0.0, 0.316, math.pi / 2],
+        [0.0825, 0.0, math.pi / 2],
+        [-0.0825, 0.384, -math.pi / 2],
+        [0.0, 0.0, math.pi / 2],
+        [0.088, 0.0, math.pi / 2],
+    ]
+)
+#: Distance from joint 7's frame to the flange along its z axis [m].
+FLANGE_OFFSET = 0.107
+
+#: Joint position limits from Franka's datasheet [rad].
+JOINT_LIMITS_LOW = np.array([-2.8973, -1.7628, -2.8973, -3.0718, -2.8973, -0.0175, -2.8973])
+JOINT_LIMITS_HIGH = np.array([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973])
+#: Joint velocity limits from Franka's datasheet [rad/s].
+JOINT_VELOCITY_LIMITS = np.array([2.1750, 2.1750, 2.1750, 2.1750, 2.6100, 2.6100, 2.6100])
+
+#: DROID's reset pose [rad].
+RESET_JOINT_POSITION = np.array([0.0, -math.pi / 5, 0.0, -4 * math.pi / 5, 0.0, 3 * math.pi / 5, 0.0])
+
+#: DROID action semantics: a normalised joint velocity v in [-1, 1] asks for a joint step of
+#: ``MAX_JOINT_DELTA * v`` radians over one 1/15 s control period.
+MAX_JOINT_DELTA = 0.2
+#: DROID's control rate [Hz].
+CONTROL_HZ = 15
+
+
+def _backend(x: Any):
+    """Return (module, is_torch) for an array-like."""
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        return torch, True
+    return np, False
+
+
+def _dh_matrix(xp, is_torch, theta, a, d, alpha):
+    """Modified-DH transform RotX(alpha) TransX(a) RotZ(theta) TransZ(d).  theta: (...,)."""
+    ct, st = xp.cos(theta), xp.sin(theta)
+    ca, sa = math.cos(alpha), math.sin(alpha)
+    zeros = xp.zeros_like(theta)
+    ones = xp.ones_like(theta)
+    rows = [
+        [ct, -st, zeros, zeros + a],
+        [st * ca, ct * ca, zeros - sa, -sa * d * ones],
+        [st * sa, ct * sa, zeros + ca, ca * d * ones],
+        [zeros, zeros, zeros, ones],
+    ]
+    stack = (lambda xs, dim: xp.stack(xs, dim=dim)) if is_torch else (lambda xs, dim: xp.stack(xs, axis=dim))
+    return stack([stack(r, -1) for r in rows], -2)  # (..., 4, 4)
+
+
+def link_transforms(q):
+    """Base-frame transforms of DH frames 1..7 and the flange.
+
+    Args:
+        q: joint positions, shape (..., 7).
+    Returns:
+        Homogeneous transforms, shape (..., 8, 4, 4); index 7 is the flange.
+    """
+    xp, is_torch = _backend(q)
+    if q.shape[-1] != 7:
+        raise ValueError(f"joint positions must have 7 entries in the last dimension, got shape {tuple(q.shape)}")
+    frames = []
+    T = None
+    for i in range(7):
+        a, d, alpha = DH_TABLE[i]
+        Ti = _dh_matrix(xp, is_torch, q[..., i], float(a), float(d), float(alpha))
+        T = Ti if T is None else T @ Ti
+        frames.append(T)
+    flange = _dh_matrix(xp, is_torch, xp.zeros_like(q[..., 0]), 0.0, FLANGE_OFFSET, 0.0)
+    frames.append(T @ flange)
+    if is_torch:
+        return xp.stack(frames, dim=-3)
+    return np.stack(frames, axis=-3)
+
+
+def flange_transforms(q):
+    """Base-frame flange transform, shape (..., 4, 4), for joint positions (..., 7)."""
+    return link_transforms(q)[..., 7, :, :]
+
+
+def matrix_to_euler_xyz(R):
+    """Extrinsic XYZ Euler angles (roll, pitch, yaw) of rotation matrices (..., 3, 3)."""
+    xp, is_torch = _backend(R)
+    clip = (lambda x: x.clamp(-1.0, 1.0)) if is_torch else (lambda x: np.clip(x, -1.0, 1.0))
+    pitch = xp.arcsin(clip(-R[..., 2, 0])) if not is_torch else xp.asin(clip(-R[..., 2, 0]))
+    atan2 = xp.atan2 if is_torch else np.arctan2
+    roll = atan2(R[..., 2, 1], R[..., 2, 2])
+    yaw = atan2(R[..., 1, 0], R[..., 0, 0])
+    return xp.stack([roll, pitch, yaw], -1) if is_torch else np.stack([roll, pitch, yaw], axis=-1)
+
+
+def euler_xyz_to_matrix(euler):
+    """Rotation matrices (..., 3, 3) from extrinsic XYZ Euler angles (..., 3)."""
+    xp, is_torch = _backend(euler)
+    r, p, y = euler[..., 0], euler[..., 1], euler[..., 2]
+    cr, sr, cp, sp, cy, sy = xp.cos(r), xp.sin(r), xp.cos(p), xp.sin(p), xp.cos(y), xp.sin(y)
+    rows = [
+        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+        [-sp, cp * sr, cp * cr],
+    ]
+    if is_torch:
+        return xp.stack([xp.stack(row, -1) for row in rows], -2)
+    return np.stack([np.stack(row, axis=-1) for row in rows], axis=-2)
+
+
+def forward_kinematics(q):
+    """DROID ``cartesian_position`` of the flange: (..., 6) = xyz [m] + extrinsic XYZ Euler [rad].
+
+    Args:
+        q: joint positions, shape (..., 7), numpy array or torch tensor.
+    """
+    T = flange_transforms(q)
+    xp, is_torch = _backend(T)
+    pos = T[..., :3, 3]
+    eul = matrix_to_euler_xyz(T[..., :3, :3])
+    if is_torch:
+        return xp.cat([pos, eul], -1)
+    return np.concatenate([pos, eul], axis=-1)

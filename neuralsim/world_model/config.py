@@ -1,0 +1,219 @@
+"""Configuration dataclasses of the world model; saved as JSON beside the weights.
+
+Every constructor argument of the autoencoder and the DiT lives here, so a checkpoint directory
+(``config.json`` + ``model.safetensors``) rebuilds exactly the module that wrote it.  Derived sizes
+(tokens per frame, head dim, latent size) are properties, never literals elsewhere.
+
+Presets (``preset(name)``):
+
+* ``tiny``    -- tests: 16x16 views, 8x8x4 latents, 4 tokens/view, a 2-block 32-wide DiT.
+* ``small``   -- quick CPU experiments: 64x64 views, 16x16x4 latents, 16 tokens/view, 4 blocks x 128.
+* ``default`` -- the shipped model: 64x64 views -> 16x16x4 latents (diffusers ``AutoencoderKL``,
+  channels 16/32/64, no mid attention), DiT patch 4 -> 16 tokens/view, 48 tokens/frame,
+  4 blocks x 192 wide, 4 heads (3.9 M DiT parameters, 0.65 M autoencoder parameters).
+  Why: at batch 1 a generated time step is 5 DiT passes (4 denoising + 1 commit) + decoding three
+  views (~20 ms); per-pass cost on CPU is dominated by per-op overhead, i.e. by depth, not width.
+  Measured on the 2-core CPU (idle): 6 x 160 gave 15.1 steps/s (too close to 15 Hz), 6 x 128 16.3,
+  4 x 192 19.0 steps/s at batch 1 (33 frames/s at batch 8); training at batch 8 x 16 frames takes
+  ~0.9 s/step (Diffusion Forcing) and ~1.1 s/step (Step Forcing, two forwards).  48 tokens/frame
+  (16 per view) keeps the 16-frame clip at 768 tokens, so ~10k steps fit in a few CPU hours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The fixed discrete rectified-flow schedule t_1..t_S (t_0 = 0 is implicit), S = 4.
+DEFAULT_SCHEDULE: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+
+#: Number of raw conditioning numbers per frame: flange xyz (3) + extrinsic XYZ Euler (3) + gripper (1).
+COND_DIM = 7
+
+#: Config format version written into every config.json.
+FORMAT_VERSION = 1
+
+
+@dataclass
+class AutoencoderConfig:
+    """Per-view image autoencoder (diffusers ``AutoencoderKL``)."""
+
+    image_size: int = 64
+    """Height = width of one camera view in pixels."""
+    block_out_channels: tuple[int, ...] = (16, 32, 64)
+    """Channels per resolution level; ``len - 1`` downsamplings by 2."""
+    layers_per_block: int = 1
+    """ResNet layers per level."""
+    latent_channels: int = 4
+    """Channels of the latent."""
+    norm_num_groups: int = 16
+    """GroupNorm groups (must divide every entry of ``block_out_channels``)."""
+    kl_weight: float = 1e-6
+    """Weight of the KL term when training the autoencoder."""
+
+    def __post_init__(self) -> None:
+        self.block_out_channels = tuple(int(c) for c in self.block_out_channels)
+        bad = [c for c in self.block_out_channels if c % self.norm_num_groups]
+        if bad:
+            raise ValueError(
+                f"norm_num_groups={self.norm_num_groups} must divide every block_out_channels entry, "
+                f"got {self.block_out_channels}"
+            )
+        if self.image_size % self.downsample:
+            raise ValueError(f"image_size={self.image_size} is not divisible by the downsampling {self.downsample}")
+
+    @property
+    def downsample(self) -> int:
+        return 2 ** (len(self.block_out_channels) - 1)
+
+    @property
+    def latent_size(self) -> int:
+        """Height = width of one view's latent."""
+        return self.image_size // self.downsample
+
+
+@dataclass
+class DiTConfig:
+    """Causal video DiT over the latents of the three views."""
+
+    latent_channels: int = 4
+    """Channels of one view's latent (copied from the autoencoder)."""
+    latent_size: int = 16
+    """Height = width of one view's latent."""
+    num_views: int = 3
+    """Camera views per time step (``neuralsim.episode.VIEW_NAMES``)."""
+    patch_size: int = 4
+    """Latent patch side; tokens per view = (latent_size / patch_size) ** 2."""
+    dim: int = 192
+    """Transformer width."""
+    depth: int = 4
+    """Number of blocks (spatial attention, temporal attention, MLP each)."""
+    num_heads: int = 4
+    """Attention heads; head_dim = dim / num_heads (must be even for RoPE)."""
+    mlp_ratio: float = 4.0
+    """MLP hidden width / dim."""
+    cond_dim: int = COND_DIM
+    """Raw conditioning numbers per frame (pose xyz + Euler XYZ + gripper)."""
+    rope_theta: float = 10000.0
+    """RoPE base for the temporal attention."""
+    freq_dim: int = 128
+    """Sinusoidal features of the noise level before its MLP."""
+
+    def __post_init__(self) -> None:
+        if self.latent_size % self.patch_size:
+            raise ValueError(f"patch_size={self.patch_size} must divide latent_size={self.latent_size}")
+        if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
+            raise ValueError(f"dim={self.dim} / num_heads={self.num_heads} must be an even integer head dim")
+        if self.cond_dim != COND_DIM:
+            raise ValueError(f"cond_dim must be {COND_DIM} (xyz, Euler XYZ, gripper), got {self.cond_dim}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    @property
+    def tokens_per_view(self) -> int:
+        return (self.latent_size // self.patch_size) ** 2
+
+    @property
+    def tokens_per_frame(self) -> int:
+        return self.num_views * self.tokens_per_view
+
+    @property
+    def patch_dim(self) -> int:
+        return self.latent_channels * self.patch_size**2
+
+
+@dataclass
+class WorldModelConfig:
+    """Everything :class:`~neuralsim.world_model.model.WorldModel` needs to rebuild itself."""
+
+    autoencoder: AutoencoderConfig = field(default_factory=AutoencoderConfig)
+    dit: DiTConfig = field(default_factory=DiTConfig)
+    schedule: tuple[float, ...] = DEFAULT_SCHEDULE
+    """Noise levels t_1 < ... < t_S = 1 used at inference and by the discrete objectives."""
+    clip_length: int = 16
+    """Frames per training clip (frame 0 is the clean context)."""
+    window: int = 16
+    """Default inference window W: frames a query sees, itself included."""
+    num_sink: int = 0
+    """Default number of sink frames (the first frames of an episode, always kept)."""
+    recipe: dict[str, Any] = field(default_factory=dict)
+    """Free-form record of the training that made the weights (objective, steps, data...)."""
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if isinstance(self.autoencoder, dict):
+            self.autoencoder = AutoencoderConfig(**self.autoencoder)
+        if isinstance(self.dit, dict):
+            self.dit = DiTConfig(**self.dit)
+        self.schedule = tuple(float(t) for t in self.schedule)
+        s = self.schedule
+        if not s or any(b <= a for a, b in zip((0.0,) + s, s)) or abs(s[-1] - 1.0) > 1e-9:
+            raise ValueError(f"schedule must be strictly increasing in (0, 1] and end at 1.0, got {s}")
+        if self.dit.latent_channels != self.autoencoder.latent_channels:
+            raise ValueError(
+                f"dit.latent_channels={self.dit.latent_channels} != autoencoder.latent_channels="
+                f"{self.autoencoder.latent_channels}"
+            )
+        if self.dit.latent_size != self.autoencoder.latent_size:
+            raise ValueError(
+                f"dit.latent_size={self.dit.latent_size} != autoencoder latent size {self.autoencoder.latent_size}"
+            )
+        if self.clip_length < 2:
+            raise ValueError(f"clip_length must be >= 2 (one context + one generated frame), got {self.clip_length}")
+        if self.window < 1 or not 0 <= self.num_sink < self.window:
+            raise ValueError(f"need window >= 1 and 0 <= num_sink < window, got window={self.window}, "
+                             f"num_sink={self.num_sink}")
+        if self.format_version != FORMAT_VERSION:
+            raise ValueError(f"config format_version {self.format_version} is not supported (expected {FORMAT_VERSION})")
+
+    @property
+    def num_steps(self) -> int:
+        """S, the number of denoising passes per generated frame."""
+        return len(self.schedule)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "WorldModelConfig":
+        d = dict(d)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown WorldModelConfig fields {unknown}; known fields: {sorted(known)}")
+        ae, dit = dict(d.pop("autoencoder", {})), dict(d.pop("dit", {}))
+        for name, sub, sub_cls in (("autoencoder", ae, AutoencoderConfig), ("dit", dit, DiTConfig)):
+            sub_known = {f.name for f in dataclasses.fields(sub_cls)}
+            bad = sorted(set(sub) - sub_known)
+            if bad:
+                raise ValueError(f"unknown {name} config fields {bad}; known: {sorted(sub_known)}")
+        return cls(autoencoder=AutoencoderConfig(**ae), dit=DiTConfig(**dit), **d)
+
+
+def _make(image_size: int, blocks: tuple[int, ...], groups: int, patch: int, dim: int, depth: int, heads: int,
+          clip_length: int, window: int) -> WorldModelConfig:
+    ae = AutoencoderConfig(image_size=image_size, block_out_channels=blocks, norm_num_groups=groups)
+    dit = DiTConfig(latent_channels=ae.latent_channels, latent_size=ae.latent_size, patch_size=patch, dim=dim,
+                    depth=depth, num_heads=heads)
+    return WorldModelConfig(autoencoder=ae, dit=dit, clip_length=clip_length, window=window)
+
+
+PRESETS = ("tiny", "small", "default")
+
+
+def preset(name: str) -> WorldModelConfig:
+    """A fresh config by preset name (``tiny``, ``small`` or ``default``)."""
+    if name == "tiny":
+        return _make(16, (8, 8), 4, 4, 32, 2, 2, clip_length=6, window=6)
+    if name == "small":
+        return _make(64, (16, 32, 64), 16, 4, 128, 4, 4, clip_length=16, window=16)
+    if name == "default":
+        return _make(64, (16, 32, 64), 16, 4, 192, 4, 4, clip_length=16, window=16)
+    raise ValueError(f"unknown world model config preset {name!r}; choose one of {PRESETS}")

@@ -1,0 +1,307 @@
+"""Causal video DiT: spatial attention within a frame, frame-causal temporal attention, MLP.
+
+A *frame* is one time step: the latents of the three camera views, patchified into
+``tokens_per_frame = num_views * (latent_size / patch_size)**2`` tokens that attend jointly in the
+spatial attention.  The temporal attention is factorised: each token position attends to the same
+position in itself and earlier frames (frame-causal), with RoPE over the frame index on q and k.
+Every sub-layer is AdaLN-Zero modulated by a per-frame condition
+``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.
+
+Entry points (one behaviour each):
+
+* :meth:`CausalDiT.forward` -- training / reference: a whole clip, banded frame-causal mask.
+* :meth:`CausalDiT.denoise` -- inference: the velocity of one new frame, reading a :class:`KVCache`.
+* :meth:`CausalDiT.commit` -- inference: one pass over the finished (clean, t = 0) frame that writes its
+  keys/values into the cache.
+
+Order: helpers -> attention -> embeddings -> block -> model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import DiTConfig
+from .kv_cache import KVCache, RowIndex
+
+
+# ----------------------------------------------------------------------------- helpers
+def featurise_condition(cond: torch.Tensor) -> torch.Tensor:
+    """(…, 7) [x, y, z, rx, ry, rz, gripper] -> (…, 10) [x, y, z, sin r, cos r, gripper].
+
+    Euler angles go through sin/cos so that wrapping at +-pi changes nothing.
+    """
+    if cond.shape[-1] != 7:
+        raise ValueError(f"conditioning vectors must have 7 numbers (xyz, Euler XYZ, gripper), got {cond.shape}")
+    xyz, rot, grip = cond[..., :3], cond[..., 3:6], cond[..., 6:]
+    return torch.cat([xyz, torch.sin(rot), torch.cos(rot), grip], dim=-1)
+
+
+def temporal_mask(num_frames: int, window: int | None = None, num_sink: int = 0,
+                  device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean (T, T) mask, True where frame i may attend to frame j.
+
+    Full causal (``window=None``): j <= i.  Sliding window W with S sinks: j == i, or j < S (j < i),
+    or 0 < i - j <= W - 1 - S -- exactly what :class:`KVCache` keeps.
+    """
+    i = torch.arange(num_frames, device=device)[:, None]
+    j = torch.arange(num_frames, device=device)[None, :]
+    causal = j <= i
+    if window is None:
+        return causal
+    recent = (i - j) <= (window - 1 - num_sink)
+    return causal & (recent | (j < num_sink))
+
+
+def rope_cos_sin(pos: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (*pos.shape, head_dim / 2) for rotary embeddings at (float) positions ``pos``."""
+    half = head_dim // 2
+    freqs = theta ** (-torch.arange(half, device=pos.device, dtype=torch.float64) / half)
+    ang = pos.to(torch.float64)[..., None] * freqs
+    return torch.cos(ang).float(), torch.sin(ang).float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the two halves of the last dim of ``x`` (…, L, Dh) by angles with cos/sin (…, L, Dh/2)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+# ----------------------------------------------------------------------------- attention
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention over the second-to-last dim; q (…, Lq, Dh), k/v (…, Lk, Dh); mask True = attend.
+
+    The one place the attention math lives (swap in a fused kernel here).
+    """
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+# ----------------------------------------------------------------------------- embeddings
+class NoiseLevelEmbedding(nn.Module):
+    """Sinusoidal features of t * 1000 followed by a two-layer MLP."""
+
+    def __init__(self, dim: int, freq_dim: int):
+        super().__init__()
+        self.freq_dim = freq_dim
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, dim), nn.SiLU(), nn.Linear(dim, dim))
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:  # t (…,) -> (…, dim)
+        half = self.freq_dim // 2
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+        ang = (t.float() * 1000.0)[..., None] * freqs
+        return self.mlp(torch.cat([torch.cos(ang), torch.sin(ang)], dim=-1))
+
+
+class ConditionEmbedding(nn.Module):
+    """Two-layer MLP of the featurised (pose, gripper) conditioning vector."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(10, dim), nn.SiLU(), nn.Linear(dim, dim))
+
+    def forward(self, cond: torch.Tensor) -> torch.Tensor:  # (…, 7) -> (…, dim)
+        return self.mlp(featurise_condition(cond.float()))
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x * (1 + scale) + shift
+
+
+# ----------------------------------------------------------------------------- block
+TemporalCore = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class DiTBlock(nn.Module):
+    """Spatial attention (within a frame) -> temporal attention (frame-causal) -> MLP, AdaLN-Zero each."""
+
+    def __init__(self, cfg: DiTConfig):
+        super().__init__()
+        d, self.h, self.dh = cfg.dim, cfg.num_heads, cfg.head_dim
+        self.norm1 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.norm2 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.norm3 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.spatial_qkv = nn.Linear(d, 3 * d)
+        self.spatial_out = nn.Linear(d, d)
+        self.temporal_qkv = nn.Linear(d, 3 * d)
+        self.temporal_out = nn.Linear(d, d)
+        hidden = int(d * cfg.mlp_ratio)
+        self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(approximate="tanh"), nn.Linear(hidden, d))
+        self.ada = nn.Sequential(nn.SiLU(), nn.Linear(d, 9 * d))
+        nn.init.zeros_(self.ada[1].weight)
+        nn.init.zeros_(self.ada[1].bias)
+
+    def forward(self, x: torch.Tensor, c: torch.Tensor, temporal_core: TemporalCore) -> torch.Tensor:
+        """x (B, T, N, D), c (B, T, D); ``temporal_core(q, k, v)`` maps (B, N, H, T, Dh) -> same."""
+        b, t, n, d = x.shape
+        mods = self.ada(c)[:, :, None, :].chunk(9, dim=-1)  # 9 x (B, T, 1, D)
+        sh1, sc1, g1, sh2, sc2, g2, sh3, sc3, g3 = mods
+
+        # spatial: all tokens of one frame
+        y = modulate(self.norm1(x), sh1, sc1)
+        q, k, v = self.spatial_qkv(y).view(b, t, n, 3, self.h, self.dh).permute(3, 0, 1, 4, 2, 5)  # (B, T, H, N, Dh)
+        y = attention(q, k, v).permute(0, 1, 3, 2, 4).reshape(b, t, n, d)
+        x = x + g1 * self.spatial_out(y)
+
+        # temporal: same token position across frames
+        y = modulate(self.norm2(x), sh2, sc2)
+        q, k, v = self.temporal_qkv(y).view(b, t, n, 3, self.h, self.dh).permute(3, 0, 2, 4, 1, 5)  # (B, N, H, T, Dh)
+        y = temporal_core(q, k, v).permute(0, 3, 1, 2, 4).reshape(b, t, n, d)
+        x = x + g2 * self.temporal_out(y)
+
+        y = modulate(self.norm3(x), sh3, sc3)
+        return x + g3 * self.mlp(y)
+
+
+# ----------------------------------------------------------------------------- model
+class CausalDiT(nn.Module):
+    """Velocity network v_theta(x_t, t, context, cond) over per-view latents."""
+
+    def __init__(self, cfg: DiTConfig):
+        super().__init__()
+        self.config = cfg
+        d = cfg.dim
+        self.patch_embed = nn.Linear(cfg.patch_dim, d)
+        self.pos_embed = nn.Parameter(torch.randn(cfg.tokens_per_frame, d) * 0.02)
+        self.noise_embed = NoiseLevelEmbedding(d, cfg.freq_dim)
+        self.cond_embed = ConditionEmbedding(d)
+        self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.depth))
+        self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.final_ada = nn.Sequential(nn.SiLU(), nn.Linear(d, 2 * d))
+        self.final_out = nn.Linear(d, cfg.patch_dim)
+        for m in (self.final_ada[1], self.final_out):
+            nn.init.zeros_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    # -- patchify ---------------------------------------------------------------
+    def patchify(self, x: torch.Tensor) -> torch.Tensor:
+        """latents (B, T, V, C, h, w) -> tokens (B, T, N, C*p*p)."""
+        b, t, v, c, hh, ww = x.shape
+        p = self.config.patch_size
+        x = x.reshape(b, t, v, c, hh // p, p, ww // p, p).permute(0, 1, 2, 4, 6, 3, 5, 7)  # (B,T,V,h/p,w/p,C,p,p)
+        return x.reshape(b, t, v * (hh // p) * (ww // p), c * p * p)
+
+    def unpatchify(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T, N, C*p*p) -> latents (B, T, V, C, h, w)."""
+        cfg = self.config
+        b, t = tokens.shape[:2]
+        p, g, c = cfg.patch_size, cfg.latent_size // cfg.patch_size, cfg.latent_channels
+        x = tokens.reshape(b, t, cfg.num_views, g, g, c, p, p).permute(0, 1, 2, 5, 3, 6, 4, 7)  # (B,T,V,C,g,p,g,p)
+        return x.reshape(b, t, cfg.num_views, c, g * p, g * p)
+
+    def _check_latents(self, x: torch.Tensor, frame_dims: int) -> None:
+        cfg = self.config
+        want = (cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size)
+        if x.ndim != frame_dims + 4 or tuple(x.shape[-4:]) != want:
+            raise ValueError(f"expected latents (..., {', '.join(map(str, want))}) with {frame_dims} leading dims, "
+                             f"got {tuple(x.shape)}")
+
+    def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
+             skip_head: bool = False) -> torch.Tensor | None:
+        """Shared trunk: x (B, T, V, C, h, w), t (B, T), cond (B, T, 7) -> velocity (B, T, V, C, h, w)."""
+        h = self.patch_embed(self.patchify(x)) + self.pos_embed  # (B, T, N, D)
+        c = self.noise_embed(t) + self.cond_embed(cond)  # (B, T, D)
+        for block, core in zip(self.blocks, temporal_cores):
+            h = block(h, c, core)
+        if skip_head:
+            return None
+        shift, scale = self.final_ada(c)[:, :, None, :].chunk(2, dim=-1)
+        return self.unpatchify(self.final_out(modulate(self.final_norm(h), shift, scale)))
+
+    # -- training / reference ------------------------------------------------------
+    def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, window: int | None = None,
+                num_sink: int = 0) -> torch.Tensor:
+        """Velocity for every frame of a clip.
+
+        Args:
+            x: noisy latents (B, T, V, C, h, w), each frame at its own noise level.
+            t: noise levels (B, T) in [0, 1] (0 = clean).
+            cond: conditioning vectors (B, T, 7).
+            window, num_sink: optional sliding-window mask (see :func:`temporal_mask`); None = full causal.
+        Returns:
+            velocity (B, T, V, C, h, w); frame i depends only on frames j allowed by the mask (j <= i).
+        """
+        self._check_latents(x, 2)
+        b, t_len = x.shape[:2]
+        if t.shape != (b, t_len) or cond.shape != (b, t_len, self.config.cond_dim):
+            raise ValueError(f"t must be (B, T)=({b}, {t_len}) and cond (B, T, 7); got {tuple(t.shape)}, "
+                             f"{tuple(cond.shape)}")
+        mask = temporal_mask(t_len, window, num_sink, device=x.device)  # (T, T)
+        cos, sin = rope_cos_sin(torch.arange(t_len, device=x.device), self.config.head_dim, self.config.rope_theta)
+
+        def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, mask)
+
+        return self._run(x, t, cond, [core] * len(self.blocks))
+
+    # -- cached inference -----------------------------------------------------------
+    def read_cache(self, cache: KVCache, rows: RowIndex = None) -> "CachedContext":
+        """Snapshot the cache of ``rows`` for one generated frame: keys rotated once, shared by all passes."""
+        keys, values = [], []
+        mask = None
+        for layer in range(len(self.blocks)):
+            ck, cv, valid, rel = cache.context(layer, rows)  # (b, N, H, C, Dh), (b, C)
+            if mask is None:
+                cos, sin = rope_cos_sin(rel, self.config.head_dim, self.config.rope_theta)  # (b, C, Dh/2)
+                cos, sin = cos[:, None, None], sin[:, None, None]
+                self_slot = valid.new_ones(valid.shape[0], 1)
+                mask = torch.cat([valid, self_slot], dim=1)[:, None, None, None, :]  # (b, 1, 1, 1, C+1)
+            b, n, h, c, dh = ck.shape
+            # (b, N, H, C+1, Dh): cached frames, then one slot the new frame writes on every pass
+            kbuf, vbuf = ck.new_empty(b, n, h, c + 1, dh), cv.new_empty(b, n, h, c + 1, dh)
+            kbuf[:, :, :, :c] = apply_rope(ck, cos, sin)
+            vbuf[:, :, :, :c] = cv
+            keys.append(kbuf)
+            values.append(vbuf)
+        return CachedContext(keys, values, mask, rows)
+
+    def _cached_cores(self, context: "CachedContext", store: list | None) -> list[TemporalCore]:
+        cores = []
+        for layer in range(len(self.blocks)):
+            def core(q, k, v, layer=layer):  # q, k, v (b, N, H, 1, Dh); the new frame sits at position 0
+                if store is not None:
+                    store.append((k[:, :, :, 0], v[:, :, :, 0]))
+                keys, vals = context.keys[layer], context.values[layer]
+                keys[:, :, :, -1:] = k
+                vals[:, :, :, -1:] = v
+                return attention(q, keys, vals, context.mask)
+            cores.append(core)
+        return cores
+
+    def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, context: "CachedContext") -> torch.Tensor:
+        """Velocity of one new frame per row, attending to a cache snapshot from :meth:`read_cache`.
+
+        x: (b, V, C, h, w) at noise level t (b,); cond (b, 7).
+        """
+        self._check_latents(x, 1)
+        return self._run(x[:, None], t[:, None], cond[:, None], self._cached_cores(context, None))[:, 0]
+
+    def commit(self, x: torch.Tensor, cond: torch.Tensor, context: "CachedContext", cache: KVCache) -> None:
+        """Write the finished frame x (b, V, C, h, w) (clean, t = 0) into ``cache`` for ``context.rows``."""
+        self._check_latents(x, 1)
+        store: list = []
+        t0 = torch.zeros(x.shape[0], 1, device=x.device)
+        self._run(x[:, None], t0, cond[:, None], self._cached_cores(context, store), skip_head=True)
+        for layer, (k, v) in enumerate(store):
+            cache.append(layer, context.rows, k, v)
+        cache.advance(context.rows)
+
+
+@dataclass
+class CachedContext:
+    """Read-only view of the cache for one generated frame (RoPE already applied to cached keys).
+
+    keys/values[layer]: (b, N, H, C+1, Dh), the last slot is overwritten by the new frame on each pass;
+    mask: (b, 1, 1, 1, C+1) True where a slot holds a visible frame; rows: the cache rows it came from.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    mask: torch.Tensor
+    rows: RowIndex

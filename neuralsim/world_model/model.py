@@ -1,0 +1,239 @@
+"""WorldModel: per-view autoencoder + causal DiT + the batched, KV-cached inference API.
+
+Usage (what NeuralDROID-v0 calls)::
+
+    wm = WorldModel.from_pretrained(path)                       # safetensors + JSON, never unpickles
+    state = wm.new_state(batch_size, window=16, device="cpu")   # preallocated KV cache, O(window)
+    wm.reset(state, env_ids, first_views_uint8, cond)           # (b, 3, H, W, 3), (b, 7): commit frame 0
+    views = wm.step(state, cond, generator=g)                   # (B, 7) -> uint8 (B, 3, H, W, 3)
+
+``cond`` is ``concat(cartesian_position, gripper_position)`` of the frame being produced (flange xyz,
+extrinsic XYZ Euler, gripper in [0, 1]).  Each ``step`` runs S = 4 denoising passes of the new frame
+against the cache, one commit pass, and decodes the three views.  Same generator seed => bit-identical
+output on CPU.
+
+Measured on the 2-core CPU of this project (default config: 48 tokens/frame, 4 x 192 DiT = 3.9 M
+params, 0.65 M autoencoder params, window 16): batch 1, idle machine, 2 threads: 19 time steps/s
+(~33 ms for the 5 DiT passes + ~20 ms decoding three views); with another process holding one core,
+1 thread: ~12 steps/s (decode 34 ms, DiT 49 ms).  Batch 8: 33 (idle) / 16 (contended) frames/s.
+KV cache vs recomputing the window: x4-x10.  Caution: with 2 torch threads and another busy process,
+batch-1 inference collapses to < 1 step/s (OpenMP threads wait on a descheduled peer for every tiny
+op) -- use ``torch.set_num_threads(1)`` for small batches on a shared CPU.  ``benchmarks/throughput.py``
+re-measures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .autoencoder import ViewAutoencoder
+from .config import WorldModelConfig
+from .dit import CausalDiT
+from .kv_cache import KVCache
+from .sampler import sample_frame, sample_noise
+
+log = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+FORMAT_TAG = "neuralsim.world_model"
+
+
+class CheckpointError(ValueError):
+    """A world-model checkpoint directory is missing, corrupt, or does not match its config."""
+
+
+def config_digest(config_json: str) -> str:
+    return hashlib.sha256(config_json.encode()).hexdigest()
+
+
+@dataclass
+class WorldModelState:
+    """Per-batch inference state: the KV cache (all rows) and which rows have a context frame."""
+
+    cache: KVCache
+
+    @property
+    def batch_size(self) -> int:
+        return self.cache.batch_size
+
+
+class WorldModel(nn.Module):
+    """Autoencoder + causal DiT + latent normalisation, with KV-cached batched generation."""
+
+    def __init__(self, config: WorldModelConfig):
+        super().__init__()
+        self.config = config
+        self.autoencoder = ViewAutoencoder(config.autoencoder)
+        self.dit = CausalDiT(config.dit)
+        c = config.autoencoder.latent_channels
+        self.register_buffer("latent_mean", torch.zeros(c))
+        self.register_buffer("latent_std", torch.ones(c))
+
+    @property
+    def device(self) -> torch.device:
+        return self.latent_mean.device
+
+    # ------------------------------------------------------------------ latents
+    def _stat(self, t: torch.Tensor) -> torch.Tensor:
+        return t[:, None, None]  # (C, 1, 1)
+
+    def normalise(self, z: torch.Tensor) -> torch.Tensor:
+        return (z - self._stat(self.latent_mean)) / self._stat(self.latent_std)
+
+    def denormalise(self, z: torch.Tensor) -> torch.Tensor:
+        return z * self._stat(self.latent_std) + self._stat(self.latent_mean)
+
+    @torch.no_grad()
+    def set_latent_stats(self, latents: torch.Tensor) -> None:
+        """Per-channel mean/std from raw autoencoder latents (..., C, h, w)."""
+        c = latents.shape[-3]
+        flat = latents.transpose(0, -3).reshape(c, -1) if latents.ndim > 3 else latents.reshape(c, -1)
+        self.latent_mean.copy_(flat.mean(dim=1))
+        self.latent_std.copy_(flat.std(dim=1).clamp_min(1e-4))
+
+    @torch.no_grad()
+    def encode(self, views: torch.Tensor) -> torch.Tensor:
+        """uint8 views (..., V, H, W, 3) -> normalised latents (..., V, C, h, w)."""
+        return self.normalise(self.autoencoder.encode(views.to(self.device)))
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """normalised latents (..., V, C, h, w) -> uint8 views (..., V, H, W, 3)."""
+        return self.autoencoder.decode(self.denormalise(latents))
+
+    # ------------------------------------------------------------------ inference
+    def new_state(self, batch_size: int, window: int | None = None, num_sink: int | None = None,
+                  device: torch.device | str | None = None, dtype: torch.dtype = torch.float32) -> WorldModelState:
+        """Preallocate the KV cache for ``batch_size`` rows (window/sinks default to the config's)."""
+        cfg = self.config.dit
+        window = self.config.window if window is None else int(window)
+        num_sink = self.config.num_sink if num_sink is None else int(num_sink)
+        cache = KVCache(cfg.depth, batch_size, window, num_sink, cfg.tokens_per_frame, cfg.num_heads, cfg.head_dim,
+                        device=device if device is not None else self.device, dtype=dtype)
+        return WorldModelState(cache=cache)
+
+    def _cond(self, cond: torch.Tensor, rows: int) -> torch.Tensor:
+        cond = torch.as_tensor(cond, dtype=torch.float32, device=self.device)
+        if cond.shape != (rows, self.config.dit.cond_dim):
+            raise ValueError(f"cond must be ({rows}, {self.config.dit.cond_dim}) = (rows, xyz+Euler+gripper), "
+                             f"got {tuple(cond.shape)}")
+        return cond
+
+    @torch.inference_mode()
+    def reset(self, state: WorldModelState, env_ids, first_views: torch.Tensor, cond: torch.Tensor,
+              generator: torch.Generator | None = None) -> None:
+        """Start new episodes in rows ``env_ids``: forget their cache, encode and commit frame 0.
+
+        Args:
+            env_ids: row indices (sequence / LongTensor / None for all rows).
+            first_views: uint8 (b, V, H, W, 3), the initial views of those rows.
+            cond: (b, 7), the conditioning vector of frame 0.
+            generator: unused (frame 0 is given, not sampled); kept for a uniform signature.
+        """
+        rows = torch.arange(state.batch_size) if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long)
+        rows = rows.reshape(-1)
+        first_views = torch.as_tensor(first_views)
+        if first_views.dtype != torch.uint8 or first_views.shape[0] != rows.numel():
+            raise ValueError(f"first_views must be uint8 ({rows.numel()}, V, H, W, 3), got {first_views.dtype} "
+                             f"{tuple(first_views.shape)}")
+        cond = self._cond(cond, rows.numel())
+        state.cache.reset(rows)
+        z = self.encode(first_views)  # (b, V, C, h, w)
+        self.dit.commit(z, cond, self.dit.read_cache(state.cache, rows), state.cache)
+
+    @torch.inference_mode()
+    def step_latents(self, state: WorldModelState, cond: torch.Tensor,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+        """Generate and commit one frame for every row; returns normalised latents (B, V, C, h, w)."""
+        b = state.batch_size
+        empty = (state.cache.num_frames == 0).nonzero().flatten()
+        if empty.numel():
+            raise RuntimeError(f"rows {empty.tolist()} have no context frame; call reset() for them first")
+        cond = self._cond(cond, b)
+        cfg = self.config.dit
+        noise = sample_noise((b, cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size), generator,
+                             self.device)
+        return sample_frame(self.dit, noise, self.config.schedule, cond, state.cache)
+
+    @torch.inference_mode()
+    def step(self, state: WorldModelState, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Generate the next time step of every row: uint8 views (B, V, H, W, 3)."""
+        return self.decode(self.step_latents(state, cond, generator))
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (atomically per file)."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        cfg_json = self.config.to_json()
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
+        meta = {"format": FORMAT_TAG, "config_sha256": config_digest(cfg_json)}
+        tmp_w, tmp_c = d / (WEIGHTS_NAME + ".tmp"), d / (CONFIG_NAME + ".tmp")
+        save_file(tensors, str(tmp_w), metadata=meta)
+        tmp_c.write_text(cfg_json)
+        os.replace(tmp_w, d / WEIGHTS_NAME)
+        os.replace(tmp_c, d / CONFIG_NAME)
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, device: torch.device | str = "cpu") -> "WorldModel":
+        """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` if anything is off."""
+        d = Path(directory)
+        cfg_path, w_path = d / CONFIG_NAME, d / WEIGHTS_NAME
+        for p in (cfg_path, w_path):
+            if not p.is_file():
+                raise CheckpointError(f"world model checkpoint {d} has no {p.name} (expected {CONFIG_NAME} and "
+                                      f"{WEIGHTS_NAME})")
+        cfg_json = cfg_path.read_text()
+        try:
+            config = WorldModelConfig.from_dict(json.loads(cfg_json))
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
+            raise CheckpointError(f"invalid world model config {cfg_path}: {e}") from e
+        tensors, meta = load_safetensors(w_path)
+        if meta.get("format") != FORMAT_TAG:
+            raise CheckpointError(f"{w_path} is not a neuralsim world model (format tag {meta.get('format')!r})")
+        if meta.get("config_sha256") != config_digest(cfg_json):
+            raise CheckpointError(f"{w_path} was written with a different config than {cfg_path} (config hash "
+                                  f"mismatch); do not mix files of different checkpoints")
+        model = cls(config)
+        load_state_strict(model, tensors, str(w_path))
+        return model.to(device).eval()
+
+
+def load_safetensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read tensors and metadata of a safetensors file; CheckpointError if it is corrupt."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = dict(f.metadata() or {})
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises SafetensorError / OSError / ValueError on bad files
+        raise CheckpointError(f"cannot read {path}: corrupt or not a safetensors file ({e})") from e
+    return tensors, meta
+
+
+def load_state_strict(module: nn.Module, tensors: dict[str, torch.Tensor], where: str) -> None:
+    """Load ``tensors`` into ``module`` requiring identical names, shapes and dtypes."""
+    own = module.state_dict()
+    missing, unexpected = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
+    if missing or unexpected:
+        raise CheckpointError(f"{where} does not match the model: missing {missing[:5]}{'...' if len(missing) > 5 else ''}"
+                              f", unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+    bad = [(k, tuple(tensors[k].shape), tuple(v.shape)) for k, v in own.items()
+           if tensors[k].shape != v.shape or tensors[k].dtype != v.dtype]
+    if bad:
+        raise CheckpointError(f"{where}: tensor shapes/dtypes do not match the config, e.g. {bad[:3]} "
+                              f"(name, file shape, model shape)")
+    module.load_state_dict(tensors, strict=True)

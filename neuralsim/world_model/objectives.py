@@ -1,0 +1,118 @@
+"""Training objectives for the causal DiT: Diffusion Forcing and Step Forcing (RoboWorld, Algorithm 1).
+
+Shared conventions: ``x`` are clean normalised latents (B, T, V, C, h, w); frame 0 is the clean context
+frame (noise level 0, never noised, not in the loss); frames 1..T-1 (N = T - 1 of them) are trained.
+``cond`` (B, T, 7) is the per-frame conditioning vector (a^i in the paper).  Rectified flow:
+``x_t = t * eps + (1 - t) * x``, the network predicts ``v = eps - x``.  ``||.||^2`` of the paper is
+taken as a mean over elements (a constant factor).  Random numbers are drawn from ``generator`` in a
+fixed order documented per objective, so fixed seeds give fixed losses.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from .sampler import euler_step
+
+Objective = Callable[..., tuple[torch.Tensor, dict]]
+
+
+def _noisy(x: torch.Tensor, eps: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """x_t = t * eps + (1 - t) * x with per-frame t (B, N) broadcast over (B, N, V, C, h, w)."""
+    tt = t[..., None, None, None, None]
+    return tt * eps + (1 - tt) * x
+
+
+def _with_context(x0: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """Prepend the clean context frame x0 (B, 1, ...) to frames (B, N, ...)."""
+    return torch.cat([x0, frames], dim=1)
+
+
+def _t_with_context(t: torch.Tensor) -> torch.Tensor:
+    return torch.cat([t.new_zeros(t.shape[0], 1), t], dim=1)
+
+
+def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
+                           generator: torch.Generator | None = None, discrete: bool = False) -> tuple[torch.Tensor, dict]:
+    """Diffusion Forcing: independent per-frame noise, one causal forward, velocity MSE.
+
+    Draws: t (B, N) -- ``U(0.001, 0.999)`` or, if ``discrete``, ``t_k`` with k ~ U{1..S}; then eps.
+    """
+    b, n = x.shape[0], x.shape[1] - 1
+    dev = x.device
+    if discrete:
+        sched = torch.tensor([float(s) for s in schedule], device=dev)
+        k = torch.randint(1, len(sched) + 1, (b, n), generator=generator, device=_gdev(generator)).to(dev)
+        t = sched[k - 1]
+    else:
+        t = (torch.rand((b, n), generator=generator, device=_gdev(generator)) * 0.998 + 0.001).to(dev)
+    eps = torch.randn(x[:, 1:].shape, generator=generator, device=_gdev(generator)).to(dev)
+    x_t = _noisy(x[:, 1:], eps, t)
+    v = model(_with_context(x[:, :1], x_t), _t_with_context(t), cond)[:, 1:]
+    loss = (v.float() - (eps - x[:, 1:])).pow(2).mean()
+    return loss, {"loss": float(loss.detach())}
+
+
+def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
+                      generator: torch.Generator | None = None, anchor_prob: float = 0.5) -> tuple[torch.Tensor, dict]:
+    """Step Forcing, Algorithm 1 of RoboWorld, with all frames in parallel.
+
+    Draws, in order: k (B, N) ~ U{1..S}; eps (B, N, ...) ~ N(0, I); u (B, N) ~ U[0, 1), anchor = u < p.
+
+    1. ``x_k = t_k eps + (1 - t_k) x``                                       (line 4, noisy frames)
+    2. ``v1 = sg[v(x_k, t_k, h)]``, h = [x^0 clean, x_k of earlier frames]   (lines 5, 8; no grad)
+    3. ``dt = 0`` if anchor else ``t_k - t_{k-1}``; ``t~ = t_k - dt``        (lines 6, 7)
+    4. ``x_prior = x_k - dt * v1``                                           (line 8, self-forwarded prior)
+    5. ``v2 = v(x_prior, t~, h^)``, h^ = [x^0, x_prior of earlier frames]      (lines 9, 10)
+    6. ``x_hat = x_prior - t~ * v2``; loss = mean ||x - x_hat||^2            (lines 10, 11)
+
+    ``anchor_prob = 1`` is the "no self-forward" ablation (it skips pass 2: every prior is the noisy
+    ground truth); ``anchor_prob = 0`` is the "no anchor" ablation.
+    """
+    if not 0.0 <= anchor_prob <= 1.0:
+        raise ValueError(f"anchor_prob must be in [0, 1], got {anchor_prob}")
+    b, n = x.shape[0], x.shape[1] - 1
+    dev, gdev = x.device, _gdev(generator)
+    ts = torch.tensor([0.0] + [float(s) for s in schedule], device=dev)  # t_0 = 0, t_1..t_S
+    k = torch.randint(1, len(ts), (b, n), generator=generator, device=gdev).to(dev)
+    eps = torch.randn(x[:, 1:].shape, generator=generator, device=gdev).to(dev)
+    anchor = (torch.rand((b, n), generator=generator, device=gdev) < anchor_prob).to(dev)
+
+    t_k = ts[k]  # (B, N)
+    x_k = _noisy(x[:, 1:], eps, t_k)
+    dt = torch.where(anchor, torch.zeros_like(t_k), t_k - ts[k - 1])
+    t_prior = t_k - dt
+    if anchor_prob < 1.0:
+        with torch.no_grad():
+            v1 = model(_with_context(x[:, :1], x_k), _t_with_context(t_k), cond)[:, 1:].float()
+        x_prior = euler_step(x_k, v1, dt, 0.0)  # x_k - dt * v1
+    else:
+        x_prior = x_k
+    v2 = model(_with_context(x[:, :1], x_prior), _t_with_context(t_prior), cond)[:, 1:]
+    x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
+    loss = (x[:, 1:] - x_hat).pow(2).mean()
+    return loss, {"loss": float(loss.detach()), "anchor_frac": float(anchor.float().mean())}
+
+
+def _gdev(generator: torch.Generator | None) -> torch.device:
+    return generator.device if generator is not None else torch.device("cpu")
+
+
+#: Objective name -> (function, keyword arguments).
+OBJECTIVES: dict[str, tuple[Objective, dict]] = {
+    "diffusion_forcing": (diffusion_forcing_loss, {"discrete": False}),
+    "diffusion_forcing_discrete": (diffusion_forcing_loss, {"discrete": True}),
+    "step_forcing": (step_forcing_loss, {"anchor_prob": 0.5}),
+    "step_forcing_no_anchor": (step_forcing_loss, {"anchor_prob": 0.0}),
+    "step_forcing_no_selfforward": (step_forcing_loss, {"anchor_prob": 1.0}),
+}
+
+
+def get_objective(name: str) -> tuple[Objective, dict]:
+    """(loss function, its fixed keyword arguments) for an objective name."""
+    try:
+        return OBJECTIVES[name]
+    except KeyError:
+        raise ValueError(f"unknown objective {name!r}; choose one of {sorted(OBJECTIVES)}") from None

@@ -1,0 +1,134 @@
+"""WorldModel inference API, determinism, save/load round trip and checkpoint validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from neuralsim.world_model.config import preset
+from neuralsim.world_model.model import CheckpointError, WorldModel
+
+from .conftest import conds, randomise
+
+
+def _views(wm, b, seed=0):
+    s = wm.config.autoencoder.image_size
+    return torch.randint(0, 256, (b, 3, s, s, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+def _rollout(wm, steps=8, seed=123):
+    state = wm.new_state(2, window=4)
+    wm.reset(state, [0, 1], _views(wm, 2), conds(2))
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([wm.step(state, conds(2, seed=10 + i), generator=g) for i in range(steps)])
+
+
+def test_step_api_shapes_and_determinism(tiny_model):
+    out = _rollout(tiny_model)
+    s = tiny_model.config.autoencoder.image_size
+    assert out.shape == (8, 2, 3, s, s, 3) and out.dtype == torch.uint8
+    assert torch.equal(out, _rollout(tiny_model))
+    assert not torch.equal(out, _rollout(tiny_model, seed=124))
+
+
+def test_reset_subset_of_rows_and_bad_inputs(tiny_model):
+    wm = tiny_model
+    state = wm.new_state(3)
+    wm.reset(state, None, _views(wm, 3), conds(3))
+    wm.step(state, conds(3))
+    wm.reset(state, [2], _views(wm, 1, seed=5), conds(1))
+    assert state.cache.num_frames.tolist() == [2, 2, 1]
+    with pytest.raises(ValueError, match="cond must be"):
+        wm.step(state, torch.zeros(3, 6))
+    with pytest.raises(ValueError, match="first_views"):
+        wm.reset(state, [0], _views(wm, 2), conds(1))
+
+
+def test_encode_decode_shapes(tiny_model):
+    v = _views(tiny_model, 2)
+    z = tiny_model.encode(v)
+    d = tiny_model.config.dit
+    assert z.shape == (2, 3, d.latent_channels, d.latent_size, d.latent_size)
+    assert tiny_model.decode(z).shape == v.shape
+
+
+def test_save_load_round_trip_is_bit_exact(tiny_model, tmp_path):
+    randomise(tiny_model.autoencoder, seed=3, std=0.05)
+    tiny_model.latent_mean.fill_(0.1)
+    tiny_model.config.recipe = {"note": "test"}
+    tiny_model.save_pretrained(tmp_path / "m")
+    loaded = WorldModel.from_pretrained(tmp_path / "m")
+    assert loaded.config == tiny_model.config
+    for (k, a), (k2, b) in zip(tiny_model.state_dict().items(), loaded.state_dict().items()):
+        assert k == k2 and torch.equal(a, b)
+    assert torch.equal(_rollout(tiny_model), _rollout(loaded))
+
+
+def test_corrupt_and_mismatched_checkpoints_are_refused(tiny_model, tmp_path):
+    d = tmp_path / "m"
+    tiny_model.save_pretrained(d)
+    weights = (d / "model.safetensors").read_bytes()
+    cfg_text = (d / "config.json").read_text()
+
+    (d / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    with pytest.raises(CheckpointError, match="corrupt"):
+        WorldModel.from_pretrained(d)
+    (d / "model.safetensors").write_bytes(b"\x80\x03garbage pickle")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        WorldModel.from_pretrained(d)
+    (d / "model.safetensors").write_bytes(weights)
+
+    cfg = json.loads(cfg_text)
+    cfg["dit"]["dim"] = 64
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="different config"):
+        WorldModel.from_pretrained(d)
+    (d / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="invalid world model config"):
+        WorldModel.from_pretrained(d)
+    cfg = json.loads(cfg_text)
+    cfg["dit"]["bogus"] = 1
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="bogus"):
+        WorldModel.from_pretrained(d)
+    (d / "config.json").write_text(cfg_text)
+
+    # right hash, wrong tensors
+    from neuralsim.world_model.model import config_digest
+
+    save_file({"dit.pos_embed": torch.zeros(3)}, str(d / "model.safetensors"),
+              metadata={"format": "neuralsim.world_model", "config_sha256": config_digest(cfg_text)})
+    with pytest.raises(CheckpointError, match="does not match the model"):
+        WorldModel.from_pretrained(d)
+    state = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    state["dit.pos_embed"] = torch.zeros(5, 5)
+    save_file(state, str(d / "model.safetensors"),
+              metadata={"format": "neuralsim.world_model", "config_sha256": config_digest(cfg_text)})
+    with pytest.raises(CheckpointError, match="shapes"):
+        WorldModel.from_pretrained(d)
+
+    (d / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="no model.safetensors"):
+        WorldModel.from_pretrained(d)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="unknown world model config preset"):
+        preset("huge")
+    cfg = preset("tiny").to_dict()
+    cfg["schedule"] = [0.5, 0.25, 1.0]
+    from neuralsim.world_model.config import WorldModelConfig
+
+    with pytest.raises(ValueError, match="strictly increasing"):
+        WorldModelConfig.from_dict(cfg)
+
+
+def test_import_neuralsim_world_model_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, neuralsim.world_model; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,63 @@
+"""Training runs end to end (CLI entry points), resumes on the same loss curve, stops on time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from neuralsim.world_model import train as train_mod
+from neuralsim.world_model.model import WorldModel
+from neuralsim.world_model.train import TrainConfig, train
+
+
+def _losses(out):
+    return [(r["step"], r["loss"]) for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r]
+
+
+def _cfg(out, **kw):
+    base = dict(stage="dit", objective="step_forcing", data="synthetic:8", out=str(out), config="tiny", steps=6,
+                batch_size=2, log_every=1, checkpoint_every=3, sample_every=-1, progress=False, warmup=2)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_resume_continues_the_same_loss_curve(tmp_path):
+    straight = tmp_path / "a"
+    train(_cfg(straight))
+    resumed = tmp_path / "b"
+    train(_cfg(resumed, steps=3))
+    summary = train(_cfg(resumed, steps=6))  # finds b/checkpoint and continues
+    assert summary["step"] == 6
+    assert _losses(straight) == _losses(resumed)
+    assert [s for s, _ in _losses(resumed)] == [1, 2, 3, 4, 5, 6]
+    a, b = WorldModel.from_pretrained(straight / "model"), WorldModel.from_pretrained(resumed / "model")
+    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), k
+
+
+def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
+    parser = argparse.ArgumentParser()
+    train_mod.configure_parser(parser)
+    common = ["--config", "tiny", "--data", "synthetic:6", "--batch-size", "2", "--no-progress", "--steps", "2",
+              "--sample-every", "0"]
+    assert train_mod.run(parser.parse_args(["--stage", "autoencoder", "--out", str(tmp_path / "ae"), *common])) == 0
+    assert train_mod.run(parser.parse_args(["--stage", "dit", "--objective", "diffusion_forcing", "--init-from",
+                                            str(tmp_path / "ae" / "model"), "--out", str(tmp_path / "df"), *common])) == 0
+    assert train_mod.run(parser.parse_args(["--stage", "dit", "--objective", "step_forcing", "--init-from",
+                                            str(tmp_path / "df" / "model"), "--out", str(tmp_path / "sf"), *common])) == 0
+    wm = WorldModel.from_pretrained(tmp_path / "sf" / "model")
+    stages = [s["objective"] for s in wm.config.recipe["stages"]]
+    assert stages == ["reconstruction", "diffusion_forcing", "step_forcing"]
+    assert wm.config.recipe["latent_stats_fitted"]
+    assert list((tmp_path / "sf" / "samples").glob("*.mp4"))
+    assert any("sample_psnr_per_view" in json.loads(ln) for ln in (tmp_path / "ae" / "metrics.jsonl").read_text().splitlines())
+
+
+def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
+    summary = train(_cfg(tmp_path / "t", steps=50, max_minutes=0.0, objective="diffusion_forcing"))
+    assert summary["stopped_early"] and summary["step"] == 1
+    trainer = json.loads((tmp_path / "t" / "checkpoint" / "trainer.json").read_text())
+    assert trainer["step"] == 1
