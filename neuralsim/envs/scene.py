@@ -23,6 +23,10 @@ import numpy as np
 
 from neuralsim import kinematics as K
 
+# Off-screen rendering on a machine without a display: EGL (Mesa llvmpipe on a CPU) unless the user
+# chose another backend (``osmesa``, ``glfw``).  Must be set before ``mujoco`` is imported.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
 #: Edge length of the manipulable cubes [m].
 CUBE_SIZE = 0.05
 #: Number of cubes in the scene (the episode's target, a second cube for stacking, distractors).
@@ -42,6 +46,29 @@ TIMESTEP = 1.0 / (K.CONTROL_HZ * SUBSTEPS)
 FINGER_OPEN = 0.04
 
 CAMERA_NAMES = ("exterior_1", "exterior_2", "wrist")
+#: Exterior cameras: (position, look-at point, vertical field of view [deg]).  Like DROID's two
+#: side cameras they stand beside and slightly behind the workspace and see the arm and the table.
+EXTERIOR_CAMERAS = {
+    "exterior_1": ((0.20, 0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
+    "exterior_2": ((0.20, -0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
+}
+
+
+def look_at_xyaxes(pos, target) -> str:
+    """MJCF ``xyaxes`` of a camera at ``pos`` looking at ``target`` with world z up."""
+    pos, target = np.asarray(pos, float), np.asarray(target, float)
+    fwd = target - pos
+    fwd /= np.linalg.norm(fwd)
+    x = np.cross(fwd, [0.0, 0.0, 1.0])
+    x /= np.linalg.norm(x)
+    y = np.cross(x, fwd)
+    return " ".join(f"{v:.5f}" for v in (*x, *y))
+
+
+def _exterior_cameras() -> str:
+    return "\n    ".join(
+        f'<camera name="{n}" pos="{p[0]} {p[1]} {p[2]}" xyaxes="{look_at_xyaxes(p, t)}" fovy="{f}"/>'
+        for n, (p, t, f) in EXTERIOR_CAMERAS.items())
 
 
 def franka_mesh_dir() -> str:
@@ -134,8 +161,7 @@ def build_mjcf() -> str:
     <geom name="floor" type="plane" size="3 3 .1" pos="0 0 -0.75" material="floor"/>
     <geom name="table" type="box" pos="0.55 0 {TABLE_HEIGHT - 0.02}" size="0.45 0.6 0.02" rgba=".62 .50 .38 1"/>
     <geom name="pedestal" type="box" pos="0 0 -0.38" size="0.1 0.1 0.36" rgba=".2 .2 .2 1" contype="0" conaffinity="0"/>
-    <camera name="exterior_1" pos="0.55 0.75 0.55" xyaxes="-1 0 0 0 -0.55 0.84" fovy="58"/>
-    <camera name="exterior_2" pos="0.55 -0.75 0.55" xyaxes="1 0 0 0 0.55 0.84" fovy="58"/>
+    {_exterior_cameras()}
     <body name="link0" gravcomp="1">
       <geom class="visual" mesh="link0"/>
       <body name="link1" pos="0 0 0.333" gravcomp="1">
@@ -172,7 +198,7 @@ def build_mjcf() -> str:
                       <geom class="visual" mesh="hand"/>
                       <geom class="collision" mesh="hand" group="3"/>
                       <site name="tcp" pos="0 0 0.1034" size="0.005"/>
-                      <camera name="wrist" pos="0.05 0 0.04" xyaxes="0 -1 0 0.9 0 0.44" fovy="75"/>
+                      <camera name="wrist" pos="0.065 0 0.03" xyaxes="0 1 0 0.97 0 0.24" fovy="80"/>
                       {_finger("left_finger", 1)}
                       {_finger("right_finger", -1)}
                     </body>

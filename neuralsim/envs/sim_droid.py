@@ -1,0 +1,436 @@
+"""``SimDROID-v0``: a MuJoCo Franka Panda tabletop with DROID's spaces, controller and ground truth.
+
+It is the data source of the world model, its ground-truth twin and the "real world" every benchmark
+correlates against.  Spaces and option names are the ones ``NeuralDROID-v0`` uses (see
+``docs/ARCHITECTURE.md``, "Robot conventions").
+
+Controller (DROID's, measured on the real sample): a normalised joint velocity ``v`` in [-1, 1] sets
+a joint target ``q + 0.2 v`` that a joint impedance controller tracks over the 1/15 s step.  Here
+the impedance controller is a computed-torque PD law ``tau = M(q) (kp (q_target - q) - kd qdot)``
+(gravity is compensated by the model), with gains tuned so that a steady command realises
+``REALISED_STEP_PER_V * v`` per step, as the real arm does (~0.053 v of the 0.2 v asked for).
+
+Task families (``TASK_FAMILIES``): put a cube in the bowl, push a cube onto the yellow pad, stack a
+cube on another.  Colours, object poses and which cube is the target come from the seed.
+
+Ground truth in ``info``: object poses, contacts, grasped object, success, and the RoboWorld rubric
+level of the episode so far: 5 success; 4 the target was touched or grasped but the goal is not
+reached; 2 the gripper came within a few centimetres of the target; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from .. import kinematics as K
+from ..episode import VIEW_NAMES, Episode, collage
+from ..rewards import make_reward_fn, reward_from_result
+from . import scene as S
+
+TASK_FAMILIES = ("put_in_bowl", "push_to_pad", "stack")
+
+#: Named cube colours (RGBA); blue and yellow are kept for the bowl and the pad.
+COLORS = {
+    "red": (0.85, 0.10, 0.10, 1.0),
+    "green": (0.10, 0.65, 0.20, 1.0),
+    "orange": (1.00, 0.50, 0.05, 1.0),
+    "purple": (0.50, 0.15, 0.70, 1.0),
+    "white": (0.95, 0.95, 0.95, 1.0),
+    "black": (0.08, 0.08, 0.08, 1.0),
+    "pink": (1.00, 0.45, 0.70, 1.0),
+    "cyan": (0.10, 0.80, 0.80, 1.0),
+}
+
+#: Joint step realised per 1/15 s per unit of normalised velocity command, for a steady command.
+#: Real DROID (least squares of observed joint step on ``action.joint_velocity`` over the 11 episodes
+#: in shared/data/droid_real, all joints): 0.0527 (per joint 0.043-0.062).  SimDROID: 0.0526.
+REALISED_STEP_PER_V = 0.0527
+#: Gains of the computed-torque impedance law ``qddot* = kp (q_target - q) - kd qdot`` [1/s^2, 1/s].
+#: kd sets how fast the arm follows (first step already realises ~85% of the steady step); kp was
+#: tuned (kp in {260, 275, 290} -> 0.0500, 0.0526, 0.0550 rad per unit v) to match the real arm.
+PD_KD = 60.0
+PD_KP = 275.0
+
+#: Distance [m] from the gripper's tool point to the target cube's centre that counts as "approached".
+APPROACH_DISTANCE = 0.06
+
+ACTION_MODES = ("joint_velocity", "joint_position")
+
+
+def instruction_for(task: str, target: str, base: str | None = None) -> str:
+    """The language instruction of an episode."""
+    if task == "put_in_bowl":
+        return f"put the {target} cube in the blue bowl"
+    if task == "push_to_pad":
+        return f"push the {target} cube onto the yellow pad"
+    if task == "stack":
+        return f"stack the {target} cube on the {base} cube"
+    raise ValueError(f"unknown task family {task!r}; expected one of {TASK_FAMILIES}")
+
+
+@dataclass
+class TaskSpec:
+    """What one episode asks for: family, colours, which cube is the target (and base for stacking)."""
+
+    family: str
+    colors: tuple[str, ...]
+    target: int = 0
+    base: int | None = None
+
+    @property
+    def instruction(self) -> str:
+        base = None if self.base is None else self.colors[self.base]
+        return instruction_for(self.family, self.colors[self.target], base)
+
+
+class SimDROIDEnv(gym.Env):
+    """MuJoCo Franka tabletop with DROID's action/observation conventions.
+
+    Args:
+        render_mode: ``"rgb_array"`` makes ``render()`` return the 2x2 camera collage.
+        image_size: side of the square camera images (the world model uses 64).
+        action_mode: ``"joint_velocity"`` (DROID default: 7 normalised velocities in [-1, 1] then the
+            gripper position in [0, 1]) or ``"joint_position"`` (7 absolute joint targets + gripper).
+        task: a family of ``TASK_FAMILIES`` or None to draw one from the seed on every reset.
+        terminate_on_success: end the episode (``terminated``) as soon as the task succeeds.
+        reward_fn: called once with the whole :class:`~neuralsim.episode.Episode` when it ends; its
+            score is the reward of that step.  ``"ground_truth"`` (default) uses the simulator's rubric
+            level (0-5); any name accepted by :func:`neuralsim.rewards.make_reward_fn`, a callable or
+            None (reward always 0) also work.
+        max_episode_steps: horizon used for ``truncated`` (``gym.make`` also wraps with TimeLimit).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
+
+    def __init__(self, render_mode: str | None = None, image_size: int = 64, action_mode: str = "joint_velocity",
+                 task: str | None = None, terminate_on_success: bool = False,
+                 reward_fn: str | Callable | None = "ground_truth", max_episode_steps: int | None = None):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
+        if task is not None and task not in TASK_FAMILIES:
+            raise ValueError(f"task must be one of {TASK_FAMILIES} or None, got {task!r}")
+        if not 16 <= int(image_size) <= 256:
+            raise ValueError(f"image_size must be in [16, 256], got {image_size}")
+        self.render_mode, self.image_size, self.action_mode = render_mode, int(image_size), action_mode
+        self.task_family, self.terminate_on_success = task, terminate_on_success
+        self.max_episode_steps = max_episode_steps
+        self._reward_fn = None if reward_fn == "ground_truth" else make_reward_fn(reward_fn)
+        self._ground_truth_reward = reward_fn == "ground_truth"
+
+        self.model, self.data, self.h = S.load_model()
+        self._home = self.model.key("home").id
+        left = {self.model.body("left_finger").id}
+        right = {self.model.body("right_finger").id}
+        robot_bodies = {b for b in range(self.model.nbody) if self._is_robot_body(b)}
+        self._left_geoms = {g for g in self.h.finger_geoms if self.model.geom_bodyid[g] in left}
+        self._right_geoms = {g for g in self.h.finger_geoms if self.model.geom_bodyid[g] in right}
+        self._robot_geoms = {g for g in range(self.model.ngeom) if self.model.geom_bodyid[g] in robot_bodies
+                             and self.model.geom_contype[g]}
+        self._renderer = None
+        self._arm_damping = self.model.dof_damping[self.h.arm_dof].copy()
+        self._gravcomp = self.model.body_gravcomp.copy()
+
+        s = self.image_size
+        img = spaces.Box(0, 255, (s, s, 3), np.uint8)
+        self.observation_space = spaces.Dict({
+            "exterior_image_1_left": img,
+            "exterior_image_2_left": img,
+            "wrist_image_left": img,
+            "joint_position": spaces.Box(K.JOINT_LIMITS_LOW.astype(np.float32), K.JOINT_LIMITS_HIGH.astype(np.float32),
+                                         dtype=np.float32),
+            "gripper_position": spaces.Box(0.0, 1.0, (1,), np.float32),
+            "cartesian_position": spaces.Box(-np.inf, np.inf, (6,), np.float32),
+        })
+        if action_mode == "joint_velocity":
+            self.action_space = spaces.Box(np.array([-1.0] * 7 + [0.0], np.float32), np.ones(8, np.float32))
+        else:
+            self.action_space = spaces.Box(np.append(K.JOINT_LIMITS_LOW, 0.0).astype(np.float32),
+                                           np.append(K.JOINT_LIMITS_HIGH, 1.0).astype(np.float32))
+        self.spec_task: TaskSpec | None = None
+        self._steps = 0
+        self._best_level = 0
+        self._record: dict[str, list] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def _is_robot_body(self, b: int) -> bool:
+        name = self.model.body(b).name
+        return name.startswith("link") or name in ("hand", "left_finger", "right_finger")
+
+    def _render_views(self) -> dict[str, np.ndarray]:
+        import mujoco
+
+        if self._renderer is None:
+            self._renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
+        out = {}
+        for view, cam in zip(VIEW_NAMES, S.CAMERA_NAMES):
+            self._renderer.update_scene(self.data, camera=cam)
+            out[view] = self._renderer.render().copy()
+        return out
+
+    def _joint_position(self) -> np.ndarray:
+        return self.data.qpos[self.h.arm_qpos].copy()
+
+    def _gripper_position(self) -> float:
+        opening = float(np.mean(self.data.qpos[self.h.finger_qpos]))
+        return float(np.clip(1.0 - opening / S.FINGER_OPEN, 0.0, 1.0))
+
+    def _obs(self, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        q = self._joint_position()
+        obs = {v: views[v] for v in VIEW_NAMES}
+        obs["joint_position"] = np.clip(q, K.JOINT_LIMITS_LOW, K.JOINT_LIMITS_HIGH).astype(np.float32)
+        obs["gripper_position"] = np.array([self._gripper_position()], np.float32)
+        obs["cartesian_position"] = K.forward_kinematics(q).astype(np.float32)
+        return obs
+
+    def cube_position(self, i: int) -> np.ndarray:
+        return self.data.xpos[self.h.cube_body[i]].copy()
+
+    def cube_quat(self, i: int) -> np.ndarray:
+        return self.data.xquat[self.h.cube_body[i]].copy()
+
+    def tcp_position(self) -> np.ndarray:
+        return self.data.site_xpos[self.h.tcp_site].copy()
+
+    def _contacts(self) -> tuple[list[tuple[str, str]], set[int], set[int], set[int]]:
+        """(named contact pairs, cubes touched by the left/right finger, cubes touched by the robot)."""
+        named, left, right, robot = [], set(), set(), set()
+        cube_of = {g: i for i, g in enumerate(self.h.cube_geom)}
+        for c in self.data.contact[: self.data.ncon]:
+            g1, g2 = int(c.geom1), int(c.geom2)
+            named.append((self._geom_label(g1), self._geom_label(g2)))
+            for a, b in ((g1, g2), (g2, g1)):
+                if b in cube_of:
+                    if a in self._left_geoms:
+                        left.add(cube_of[b])
+                    if a in self._right_geoms:
+                        right.add(cube_of[b])
+                    if a in self._robot_geoms:
+                        robot.add(cube_of[b])
+        return named, left, right, robot
+
+    def _geom_label(self, g: int) -> str:
+        name = self.model.geom(g).name
+        if name:
+            return name.rstrip("0123456789") if name.startswith("bowl_wall") else name
+        return self.model.body(self.model.geom_bodyid[g]).name
+
+    def _success(self, grasped: set[int]) -> bool:
+        t = self.spec_task
+        p = self.cube_position(t.target)
+        if t.target in grasped:
+            return False
+        if t.family == "put_in_bowl":
+            c = self.data.xpos[self.h.bowl_body]
+            return bool(np.all(np.abs(p[:2] - c[:2]) < S.BOWL_HALF) and p[2] < S.BOWL_WALL_H + 0.01)
+        if t.family == "push_to_pad":
+            c = self.data.xpos[self.h.pad_body]
+            return bool(np.all(np.abs(p[:2] - c[:2]) < S.PAD_HALF) and p[2] < S.CUBE_SIZE)
+        base = self.cube_position(t.base)
+        dz = p[2] - base[2]
+        return bool(np.linalg.norm(p[:2] - base[:2]) < 0.6 * S.CUBE_SIZE and 0.8 * S.CUBE_SIZE < dz < 1.2 * S.CUBE_SIZE
+                    and base[2] < S.CUBE_SIZE)
+
+    def ground_truth(self) -> dict[str, Any]:
+        """Object poses, contacts, grasped object, success and the rubric level so far."""
+        t = self.spec_task
+        named, left, right, robot = self._contacts()
+        grasp = left & right if self._gripper_position() > 0.2 else set()
+        success = self._success(grasp)
+        tcp = self.tcp_position()
+        dist = float(np.linalg.norm(tcp - self.cube_position(t.target)))
+        touched = t.target in (robot if t.family == "push_to_pad" else (left | right))
+        level = 4 if touched else (2 if dist < APPROACH_DISTANCE else 0)
+        self._best_level = max(self._best_level, level)
+        names = [t.colors[i] + "_cube" for i in range(S.NUM_CUBES)]
+        poses = {n: np.concatenate([self.cube_position(i), self.cube_quat(i)]) for i, n in enumerate(names)}
+        poses["bowl"] = np.concatenate([self.data.xpos[self.h.bowl_body], [1.0, 0, 0, 0]])
+        poses["pad"] = np.concatenate([self.data.xpos[self.h.pad_body], [1.0, 0, 0, 0]])
+        return {
+            "task": t.family,
+            "instruction": t.instruction,
+            "target": names[t.target],
+            "base": None if t.base is None else names[t.base],
+            "object_poses": poses,
+            "tcp_position": tcp,
+            "target_distance": dist,
+            "contacts": named,
+            "grasped_object": names[min(grasp)] if grasp else None,
+            "success": success,
+            "rubric_level": 5 if success else self._best_level,
+        }
+
+    # ------------------------------------------------------------------ reset
+    def _sample_task(self, rng: np.random.Generator, family: str | None) -> TaskSpec:
+        family = family or self.task_family or TASK_FAMILIES[int(rng.integers(len(TASK_FAMILIES)))]
+        if family not in TASK_FAMILIES:
+            raise ValueError(f"options['task'] must be one of {TASK_FAMILIES}, got {family!r}")
+        colors = tuple(rng.choice(list(COLORS), size=S.NUM_CUBES, replace=False).tolist())
+        return TaskSpec(family, colors, target=0, base=1 if family == "stack" else None)
+
+    def _place_objects(self, rng: np.random.Generator) -> None:
+        m, d, h = self.model, self.data, self.h
+        side = 1.0 if rng.random() < 0.5 else -1.0
+        bowl = np.array([rng.uniform(0.45, 0.62), side * rng.uniform(-0.30, -0.18), S.TABLE_HEIGHT])
+        pad = np.array([rng.uniform(0.45, 0.62), side * rng.uniform(0.18, 0.30), S.TABLE_HEIGHT])
+        m.body_pos[h.bowl_body] = bowl
+        m.body_pos[h.pad_body] = pad
+        placed: list[np.ndarray] = []
+        for i in range(S.NUM_CUBES):
+            for _ in range(1000):
+                xy = np.array([rng.uniform(0.38, 0.62), rng.uniform(-0.22, 0.22)])
+                if all(np.linalg.norm(xy - p) > 0.10 for p in placed) and \
+                        np.max(np.abs(xy - bowl[:2])) > S.BOWL_HALF + 0.07 and \
+                        np.max(np.abs(xy - pad[:2])) > S.PAD_HALF + 0.04:
+                    break
+            else:  # pragma: no cover - the region is large enough for three cubes
+                raise RuntimeError("could not place the cubes without overlap")
+            placed.append(xy)
+            yaw = rng.uniform(-np.pi / 4, np.pi / 4)
+            adr = h.cube_qpos[i]
+            d.qpos[adr:adr + 3] = [xy[0], xy[1], S.TABLE_HEIGHT + S.CUBE_SIZE / 2]
+            d.qpos[adr + 3:adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        import mujoco
+
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"task", "joint_position"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; SimDROID accepts 'task' and 'joint_position'")
+        rng = self.np_random
+        self.spec_task = self._sample_task(rng, options.get("task"))
+        mujoco.mj_resetDataKeyframe(self.model, self.data, self._home)
+        if "joint_position" in options:
+            q0 = np.asarray(options["joint_position"], float)
+            if q0.shape != (7,) or not np.all(np.isfinite(q0)):
+                raise ValueError(f"options['joint_position'] must be 7 finite numbers, got {q0!r}")
+            self.data.qpos[self.h.arm_qpos] = np.clip(q0, K.JOINT_LIMITS_LOW, K.JOINT_LIMITS_HIGH)
+        for i, c in enumerate(self.spec_task.colors):
+            self.model.geom_rgba[self.h.cube_geom[i]] = COLORS[c]
+        self._place_objects(rng)
+        self._target = self._joint_position()
+        self.data.ctrl[:] = S.FINGER_OPEN
+        mujoco.mj_forward(self.model, self.data)
+        # let the cubes settle on the table with the arm held still
+        for _ in range(4):
+            self._physics_step()
+        self._steps, self._best_level = 0, 0
+        views = self._render_views()
+        obs = self._obs(views)
+        info = self.ground_truth()
+        self._record = {"frames": [views], "joint_position": [obs["joint_position"]],
+                        "gripper_position": [obs["gripper_position"]],
+                        "cartesian_position": [obs["cartesian_position"]], "actions": []}
+        return obs, info
+
+    # ------------------------------------------------------------------ step
+    def _physics_step(self) -> None:
+        import mujoco
+
+        m, d, h = self.model, self.data, self.h
+        acc = np.zeros(m.nv)
+        tau = np.zeros(m.nv)
+        for _ in range(S.SUBSTEPS):
+            q, qd = d.qpos[h.arm_qpos], d.qvel[h.arm_dof]
+            acc[:] = 0.0
+            acc[h.arm_dof] = PD_KP * (self._target - q) - PD_KD * qd
+            mujoco.mj_mulM(m, d, tau, acc)
+            d.qfrc_applied[:] = 0.0
+            # computed torque: inertia-scaled PD + the joints' passive damping and Coriolis terms
+            d.qfrc_applied[h.arm_dof] = tau[h.arm_dof] + self._arm_damping * qd + self._coriolis(d)
+            mujoco.mj_step(m, d)
+
+    def _coriolis(self, d) -> np.ndarray:
+        # qfrc_bias = Coriolis/centrifugal + gravity; gravity of the arm is compensated by gravcomp,
+        # whose force appears in qfrc_passive.  The difference is what the controller must cancel.
+        return d.qfrc_bias[self.h.arm_dof] - d.qfrc_gravcomp[self.h.arm_dof]
+
+    def validate_action(self, action) -> np.ndarray:
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (8,):
+            raise ValueError(f"action must have shape (8,) (7 joint {'velocities' if self.action_mode == 'joint_velocity' else 'positions'} "
+                             f"+ gripper), got {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"action contains NaN or inf: {a}")
+        return np.clip(a, self.action_space.low, self.action_space.high)
+
+    def step(self, action):
+        if self.spec_task is None:
+            raise RuntimeError("call reset() before step()")
+        a = self.validate_action(action)
+        q = self._joint_position()
+        if self.action_mode == "joint_velocity":
+            target = q + K.MAX_JOINT_DELTA * a[:7]
+        else:
+            target = q + np.clip(a[:7] - q, -K.MAX_JOINT_DELTA, K.MAX_JOINT_DELTA)
+        self._target = np.clip(target, K.JOINT_LIMITS_LOW, K.JOINT_LIMITS_HIGH)
+        self.data.ctrl[:] = S.FINGER_OPEN * (1.0 - a[7])
+        self._physics_step()
+        self._steps += 1
+        views = self._render_views()
+        obs = self._obs(views)
+        info = self.ground_truth()
+        rec = self._record
+        rec["frames"].append(views)
+        for k in ("joint_position", "gripper_position", "cartesian_position"):
+            rec[k].append(obs[k])
+        rec["actions"].append(a.astype(np.float32))
+        terminated = bool(self.terminate_on_success and info["success"])
+        truncated = bool(self.max_episode_steps is not None and self._steps >= self.max_episode_steps)
+        reward = 0.0
+        if terminated or truncated:
+            reward = self._episode_reward(info)
+        return obs, reward, terminated, truncated, info
+
+    def _episode_reward(self, info: dict[str, Any]) -> float:
+        if self._ground_truth_reward:
+            return float(info["rubric_level"])
+        if self._reward_fn is None:
+            return 0.0
+        try:
+            reward, judgement = reward_from_result(self._reward_fn(self.episode()))
+        except Exception as e:  # a judge failure must never lose the rollout
+            info["judgement_error"] = f"{type(e).__name__}: {e}"
+            return float("nan")
+        info["judgement"] = judgement
+        return reward
+
+    # ------------------------------------------------------------------ episode / render
+    def episode(self) -> Episode:
+        """The episode so far as an :class:`Episode` (frames of all views, states, actions)."""
+        rec = self._record
+        if not rec:
+            raise RuntimeError("no episode recorded yet: call reset() first")
+        frames = {v: np.stack([f[v] for f in rec["frames"]]) for v in VIEW_NAMES}
+        t = self.spec_task
+        return Episode(
+            frames=frames,
+            joint_position=np.stack(rec["joint_position"]),
+            gripper_position=np.stack(rec["gripper_position"]),
+            cartesian_position=np.stack(rec["cartesian_position"]),
+            actions=np.stack(rec["actions"]) if rec["actions"] else np.zeros((0, 8), np.float32),
+            instruction=t.instruction,
+            fps=K.CONTROL_HZ,
+            metadata={"source": "SimDROID-v0", "task": t.family, "colors": list(t.colors)},
+        )
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if not self._record:
+            raise RuntimeError("call reset() before render()")
+        last = self._record["frames"][-1]
+        return collage(*(last[v] for v in VIEW_NAMES))
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
