@@ -1,0 +1,15 @@
+"""neuralsim: evaluate and fine-tune DROID robot policies inside a learned video world model.
+
+Importing the package registers the Gymnasium environments ``SimDROID-v0`` (MuJoCo ground truth)
+and ``NeuralDROID-v0`` (the world model); ``gym.make("neuralsim:NeuralDROID-v0")`` imports it for you.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .envs import register_envs
+
+register_envs()
+
+__all__ = ["__version__", "register_envs"]

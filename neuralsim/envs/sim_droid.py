@@ -61,6 +61,10 @@ APPROACH_DISTANCE = 0.06
 
 ACTION_MODES = ("joint_velocity", "joint_position")
 
+#: Bounds of ``cartesian_position``: the Panda's reach (0.855 m + flange) and Euler angles in [-pi, pi].
+CARTESIAN_LOW = np.array([-1.2, -1.2, -0.6, -np.pi, -np.pi, -np.pi], np.float32)
+CARTESIAN_HIGH = np.array([1.2, 1.2, 1.6, np.pi, np.pi, np.pi], np.float32)
+
 
 def instruction_for(task: str, target: str, base: str | None = None) -> str:
     """The language instruction of an episode."""
@@ -146,7 +150,7 @@ class SimDROIDEnv(gym.Env):
             "joint_position": spaces.Box(K.JOINT_LIMITS_LOW.astype(np.float32), K.JOINT_LIMITS_HIGH.astype(np.float32),
                                          dtype=np.float32),
             "gripper_position": spaces.Box(0.0, 1.0, (1,), np.float32),
-            "cartesian_position": spaces.Box(-np.inf, np.inf, (6,), np.float32),
+            "cartesian_position": spaces.Box(CARTESIAN_LOW, CARTESIAN_HIGH, dtype=np.float32),
         })
         if action_mode == "joint_velocity":
             self.action_space = spaces.Box(np.array([-1.0] * 7 + [0.0], np.float32), np.ones(8, np.float32))
