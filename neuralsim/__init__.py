@@ -6,6 +6,12 @@ and ``NeuralDROID-v0`` (the world model); ``gym.make("neuralsim:NeuralDROID-v0")
 
 from __future__ import annotations
 
+import os
+
+# MuJoCo picks its OpenGL backend when first imported: default to off-screen EGL (works on a
+# CPU through Mesa) unless the user chose one.  Import neuralsim before mujoco for this to apply.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
 __version__ = "0.1.0"
 
 from .envs import register_envs

@@ -197,7 +197,7 @@ def build_mjcf() -> str:
                       <inertial pos="0 0 0.03" mass="0.73" diaginertia="0.002 0.002 0.001"/>
                       <geom class="visual" mesh="hand"/>
                       <geom class="collision" mesh="hand" group="3"/>
-                      <site name="tcp" pos="0 0 0.1034" size="0.005"/>
+                      <site name="tcp" pos="0 0 0.130" size="0.005"/>
                       <camera name="wrist" pos="0.065 0 0.03" xyaxes="0 1 0 0.97 0 0.24" fovy="80"/>
                       {_finger("left_finger", 1)}
                       {_finger("right_finger", -1)}

@@ -279,19 +279,33 @@ class SimDROIDEnv(gym.Env):
         return TaskSpec(family, colors, target=0, base=1 if family == "stack" else None)
 
     def _place_objects(self, rng: np.random.Generator) -> None:
+        """Seeded layout: bowl and pad on opposite sides, three cubes apart from each other and them.
+
+        For pushing, the corridor from behind the target to the pad is kept free of distractors, so
+        the task is always feasible (the scripted expert does not plan around obstacles).
+        """
         m, d, h = self.model, self.data, self.h
         side = 1.0 if rng.random() < 0.5 else -1.0
         bowl = np.array([rng.uniform(0.45, 0.62), side * rng.uniform(-0.30, -0.18), S.TABLE_HEIGHT])
         pad = np.array([rng.uniform(0.45, 0.62), side * rng.uniform(0.18, 0.30), S.TABLE_HEIGHT])
         m.body_pos[h.bowl_body] = bowl
         m.body_pos[h.pad_body] = pad
+        push = self.spec_task.family == "push_to_pad"
         placed: list[np.ndarray] = []
         for i in range(S.NUM_CUBES):
-            for _ in range(1000):
-                xy = np.array([rng.uniform(0.38, 0.62), rng.uniform(-0.22, 0.22)])
-                if all(np.linalg.norm(xy - p) > 0.10 for p in placed) and \
-                        np.max(np.abs(xy - bowl[:2])) > S.BOWL_HALF + 0.07 and \
-                        np.max(np.abs(xy - pad[:2])) > S.PAD_HALF + 0.04:
+            for _ in range(2000):
+                xy = np.array([rng.uniform(0.42, 0.64), rng.uniform(-0.22, 0.22)])
+                ok = all(np.linalg.norm(xy - p) > 0.10 for p in placed) and \
+                    np.max(np.abs(xy - bowl[:2])) > S.BOWL_HALF + 0.07 and \
+                    np.max(np.abs(xy - pad[:2])) > S.PAD_HALF + 0.04
+                if ok and push and i > 0:
+                    target = placed[0]
+                    u = (pad[:2] - target) / np.linalg.norm(pad[:2] - target)
+                    rel = xy - (target - 0.1 * u)
+                    along = float(np.dot(rel, u))
+                    across = abs(float(u[0] * rel[1] - u[1] * rel[0]))
+                    ok = not (-0.05 < along < np.linalg.norm(pad[:2] - target) + 0.15 and across < 0.10)
+                if ok:
                     break
             else:  # pragma: no cover - the region is large enough for three cubes
                 raise RuntimeError("could not place the cubes without overlap")

@@ -1,0 +1,347 @@
+"""Generate a SimDROID dataset with the scripted expert, failures included: ``neuralsim data generate``.
+
+Usage::
+
+    neuralsim data generate data/simdroid --episodes 600 --workers 2
+
+Episode ``i`` is fully determined by ``seed + i`` (its "episode seed"): the task family is
+``families[i % len(families)]``; a generator seeded with the episode seed draws, in this order,
+whether the episode gets a failure mode (probability ``failure_share``), which one (uniform over
+:data:`~neuralsim.envs.experts.FAILURE_MODES`) and the expert's noise (uniform in ``noise``); the
+env and the expert are seeded with the episode seed too.  The expert runs until it says it is done,
+then ``settle_steps`` more steps (so the outcome is visible), or until ``max_steps``.  The labels
+(``success``, ``rubric_level``) are the simulator's ground truth at the last step -- a
+failure-labelled episode can still succeed, and a clean one can fail; both are kept.
+
+Re-running the same command resumes: episodes already in ``meta/episodes.jsonl`` are skipped, and
+asking for more episodes extends the dataset.  A directory generated with other parameters is
+refused (:class:`GenerationMismatchError`).  ``workers > 1`` runs one SimDROID env per process
+(``spawn`` context); workers write the episode files, the parent appends the ``episodes.jsonl`` line.
+
+Measured on the 2-core CPU (150-step cap, 64x64, mixed families): see ``neuralsim/data/__init__``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import multiprocessing as mp
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import writer as W
+
+log = logging.getLogger(__name__)
+
+#: Steps the generator keeps stepping after ``expert.done`` so the outcome settles on camera.
+SETTLE_STEPS = 5
+#: Parameters that define a dataset's episodes; a resume must match all of them.
+GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert")
+EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
+
+
+class GenerationMismatchError(ValueError):
+    """The output directory holds a dataset generated with different parameters."""
+
+
+@dataclass
+class EpisodePlan:
+    """What episode ``index`` will be: its seed, task family, failure mode and expert noise."""
+
+    index: int
+    seed: int
+    family: str
+    failure: str | None
+    noise: float
+
+
+def plan_episode(index: int, seed: int, families: Sequence[str], failure_share: float,
+                 noise: tuple[float, float]) -> EpisodePlan:
+    """The deterministic plan of episode ``index`` (see the module docstring)."""
+    from ..envs.experts import FAILURE_MODES
+
+    ep_seed = seed + index
+    rng = np.random.default_rng(ep_seed)
+    failing = rng.random() < failure_share
+    mode = FAILURE_MODES[int(rng.integers(len(FAILURE_MODES)))]
+    lo, hi = noise
+    return EpisodePlan(index=index, seed=ep_seed, family=families[index % len(families)],
+                       failure=mode if failing else None, noise=float(rng.uniform(lo, hi)) if hi > lo else float(lo))
+
+
+@dataclass
+class Rollout:
+    """One expert episode: the recording, the last ``info``, per-frame ground truth and step counts."""
+
+    episode: Any  # neuralsim.episode.Episode
+    info: dict
+    initial_info: dict
+    ground_truth: dict[str, np.ndarray]
+    steps: int
+    expert_done: bool
+
+
+def run_expert(env, expert, seed: int, task: str | None, max_steps: int = 150,
+               settle_steps: int = SETTLE_STEPS) -> Rollout:
+    """Reset ``env`` (a SimDROIDEnv) to ``(seed, task)`` and roll ``expert`` out; see :class:`Rollout`."""
+    obs, info = env.reset(seed=seed, options={"task": task} if task else None)
+    expert.reset()
+    initial = info
+    gt = {"rubric_level": [info["rubric_level"]], "success": [info["success"]],
+          "target_distance": [info["target_distance"]]}
+    steps, settle = 0, 0
+    while steps < max_steps and settle <= settle_steps:
+        obs, _, terminated, truncated, info = env.step(expert.act(obs))
+        steps += 1
+        gt["rubric_level"].append(info["rubric_level"])
+        gt["success"].append(info["success"])
+        gt["target_distance"].append(info["target_distance"])
+        if expert.done:
+            settle += 1
+        if terminated or truncated:
+            break
+    ground_truth = {"rubric_level": np.asarray(gt["rubric_level"], np.int8), "success": np.asarray(gt["success"], bool),
+                    "target_distance": np.asarray(gt["target_distance"], np.float32)}
+    return Rollout(env.episode(), info, initial, ground_truth, steps, bool(expert.done))
+
+
+def _pose_summary(info: dict) -> dict[str, list[float]]:
+    return {k: np.round(np.asarray(v, float), 4).tolist() for k, v in info["object_poses"].items()}
+
+
+def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
+    """Run and write one episode; returns its ``episodes.jsonl`` record (runs in a worker)."""
+    from ..envs.experts import ScriptedExpert
+
+    env = _worker_env(params["image_size"])
+    expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
+    t0 = time.perf_counter()
+    r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
+    ep = r.episode
+    ep.metadata.update(seed=plan.seed, failure=plan.failure, noise=plan.noise)
+    W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth)
+    info = r.info
+    return W.episode_record(
+        ep, plan.index, task=plan.family, family=plan.family, seed=plan.seed, success=bool(info["success"]),
+        rubric_level=int(info["rubric_level"]), failure=plan.failure, noise=round(plan.noise, 6),
+        steps=r.steps, expert_done=r.expert_done, colors=ep.metadata.get("colors"),
+        target=info["target"], base=info["base"], grasped_object=info["grasped_object"],
+        final_target_distance=round(float(info["target_distance"]), 4),
+        initial_poses=_pose_summary(r.initial_info), final_poses=_pose_summary(info),
+        seconds=round(time.perf_counter() - t0, 3))
+
+
+_ENV = None
+
+
+def _worker_env(image_size: int):
+    """The process's SimDROID env (one per worker, created on first use)."""
+    global _ENV
+    if _ENV is None or _ENV.image_size != image_size:
+        from ..envs.sim_droid import SimDROIDEnv
+
+        _ENV = SimDROIDEnv(image_size=image_size, reward_fn=None)
+    return _ENV
+
+
+# ----------------------------------------------------------------------------- summary
+@dataclass
+class GenerationSummary:
+    """What ``generate`` did and what the dataset now holds."""
+
+    out: str
+    total_episodes: int
+    new_episodes: int
+    seconds: float
+    success_by_family: dict[str, tuple[int, int]] = field(default_factory=dict)  # family -> (successes, episodes)
+    clean: tuple[int, int] = (0, 0)  # (successes, episodes) without a failure mode
+    failure_labelled: int = 0
+    failure_labelled_failed: int = 0
+    failed_by_mode: dict[str, tuple[int, int]] = field(default_factory=dict)  # mode -> (failed, episodes)
+    rubric_levels: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def episodes_per_minute(self) -> float:
+        return 60.0 * self.new_episodes / self.seconds if self.seconds > 0 else float("nan")
+
+    def format(self) -> str:
+        n = max(self.total_episodes, 1)
+        lines = [f"{self.out}: {self.total_episodes} episodes ({self.new_episodes} new in {self.seconds:.1f} s, "
+                 f"{self.episodes_per_minute:.1f} episodes/min)"]
+        for fam, (s, k) in sorted(self.success_by_family.items()):
+            lines.append(f"  success {fam:<12} {s:>5}/{k:<5} {100 * s / max(k, 1):5.1f}%")
+        cs, ck = self.clean
+        lines.append(f"  clean episodes        {cs:>5}/{ck:<5} succeeded ({100 * cs / max(ck, 1):.1f}%)")
+        fl = self.failure_labelled
+        lines.append(f"  failure-labelled      {fl:>5}/{self.total_episodes:<5} ({100 * fl / n:.1f}%), of which "
+                     f"{self.failure_labelled_failed} actually failed ({100 * self.failure_labelled_failed / max(fl, 1):.1f}%)")
+        for mode, (f, k) in sorted(self.failed_by_mode.items()):
+            lines.append(f"    {mode:<18} failed {f}/{k}")
+        lines.append("  final rubric levels   " + ", ".join(f"{lv}: {c}" for lv, c in sorted(self.rubric_levels.items())))
+        return "\n".join(lines)
+
+
+def summarise(records: list[dict], out: str = "", new_episodes: int = 0, seconds: float = 0.0) -> GenerationSummary:
+    """Success per family, failure share and how many failure-labelled episodes failed."""
+    fam: dict[str, list[int]] = {}
+    modes: dict[str, list[int]] = {}
+    clean = [0, 0]
+    for r in records:
+        f = fam.setdefault(r.get("family") or r.get("task", "?"), [0, 0])
+        f[0] += bool(r.get("success"))
+        f[1] += 1
+        if r.get("failure"):
+            m = modes.setdefault(r["failure"], [0, 0])
+            m[0] += not r.get("success")
+            m[1] += 1
+        else:
+            clean[0] += bool(r.get("success"))
+            clean[1] += 1
+    levels = Counter(int(r["rubric_level"]) for r in records if r.get("rubric_level") is not None)
+    return GenerationSummary(
+        out=str(out), total_episodes=len(records), new_episodes=new_episodes, seconds=seconds,
+        success_by_family={k: tuple(v) for k, v in fam.items()}, clean=tuple(clean),
+        failure_labelled=sum(v[1] for v in modes.values()), failure_labelled_failed=sum(v[0] for v in modes.values()),
+        failed_by_mode={k: tuple(v) for k, v in modes.items()}, rubric_levels=dict(levels))
+
+
+# ----------------------------------------------------------------------------- main entry
+def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, failure_share: float = 0.3,
+             noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
+             max_steps: int = 150, image_size: int = 64, progress: bool = True) -> GenerationSummary:
+    """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
+
+    Args:
+        out: dataset root (created).
+        episodes: total number of episodes the dataset should hold (indices ``0 .. episodes - 1``).
+        workers: processes running a SimDROID env each (1: in this process).
+        seed: base seed; episode ``i`` uses ``seed + i``.
+        failure_share: probability that an episode's expert gets a failure mode.
+        noise: expert arm-command noise std, a value or a ``(low, high)`` range drawn uniformly.
+        families: task families cycled over (default: all of ``TASK_FAMILIES``).
+        max_steps: step cap per episode (``SimDROID-v0`` uses 150).
+        image_size: camera image side.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
+    """
+    from ..envs.sim_droid import TASK_FAMILIES
+
+    families = list(TASK_FAMILIES if families is None else families)
+    bad = [f for f in families if f not in TASK_FAMILIES]
+    if bad or not families:
+        raise ValueError(f"families must be a non-empty subset of {TASK_FAMILIES}, got {families}")
+    lo, hi = (float(noise), float(noise)) if np.isscalar(noise) else (float(noise[0]), float(noise[1]))
+    if not 0.0 <= lo <= hi <= 1.0:
+        raise ValueError(f"noise must be a value or (low, high) range with 0 <= low <= high <= 1, got {noise!r}")
+    if not 0.0 <= failure_share <= 1.0:
+        raise ValueError(f"failure_share must be in [0, 1], got {failure_share}")
+    if episodes < 0 or workers < 1 or max_steps < 1:
+        raise ValueError(f"need episodes >= 0, workers >= 1, max_steps >= 1; got {episodes}, {workers}, {max_steps}")
+    params = {"seed": int(seed), "failure_share": float(failure_share), "noise": [lo, hi], "families": families,
+              "max_steps": int(max_steps), "image_size": int(image_size), "settle_steps": SETTLE_STEPS,
+              "expert": EXPERT_NAME}
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    with _exclusive(root):
+        records = _prepare(root, params)
+        done = {int(r["episode_index"]) for r in records}
+        todo = [plan_episode(i, seed, families, failure_share, (lo, hi)) for i in range(episodes) if i not in done]
+        if done:
+            log.info("%s: %d episodes already done, %d to generate", root, len(done & set(range(episodes))), len(todo))
+        t0 = time.perf_counter()
+        records += _run_jobs(root, todo, params, workers, progress)
+        seconds = time.perf_counter() - t0
+        W.write_records(root, records)
+        W.update_totals(root, records)
+    summary = summarise(records, str(root), len(todo), seconds)
+    log.info("%s", summary.format())
+    return summary
+
+
+def _prepare(root: Path, params: dict) -> list[dict]:
+    """Check ``root`` against ``params``; write ``meta/info.json`` if new; return the finished records."""
+    from .reader import list_episodes
+
+    info = W.read_info(root)
+    if info is None:
+        stray = [p.name for p in root.iterdir() if p.name not in ("meta", "data", "videos")]
+        if (root / W.EPISODES_PATH).is_file() or stray:
+            raise GenerationMismatchError(f"{str(root)!r} is not empty and has no {W.INFO_PATH} "
+                                          f"(found {sorted(stray)[:5] or W.EPISODES_PATH}); pick an empty directory")
+        W.write_info(root, W.new_info(params["image_size"], generation=params))
+        return []
+    old = info.get("generation") or {}
+    diff = {k: (old.get(k), params[k]) for k in GENERATION_KEYS if old.get(k) != params[k]}
+    if diff:
+        lines = ", ".join(f"{k}: dataset has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
+        raise GenerationMismatchError(f"{str(root)!r} was generated with other parameters ({lines}); resume with "
+                                      "the same parameters or choose another output directory")
+    records = list_episodes(root) if (root / W.EPISODES_PATH).is_file() else []
+    W.write_records(root, records)  # drop a torn last line before appending again
+    return records
+
+
+def _run_jobs(root: Path, todo: list[EpisodePlan], params: dict, workers: int, progress: bool) -> list[dict]:
+    from tqdm import tqdm
+
+    new: list[dict] = []
+    bar = tqdm(total=len(todo), disable=not progress, desc="episodes", unit="ep")
+
+    def finish(rec: dict) -> None:
+        W.append_record(root, rec)
+        new.append(rec)
+        bar.update(1)
+        bar.set_postfix(success=f"{np.mean([r['success'] for r in new]):.2f}")
+
+    try:
+        if workers == 1 or len(todo) <= 1:
+            for plan in todo:
+                finish(_episode_job(str(root), plan, params))
+            return new
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn")) as pool:
+            pending = set()
+            queue = iter(todo)
+            for plan in queue:  # keep a few jobs per worker in flight, not the whole list
+                pending.add(pool.submit(_episode_job, str(root), plan, params))
+                if len(pending) >= 2 * workers:
+                    break
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    finish(fut.result())
+                    nxt = next(queue, None)
+                    if nxt is not None:
+                        pending.add(pool.submit(_episode_job, str(root), nxt, params))
+        return new
+    finally:
+        bar.close()
+
+
+class _exclusive:
+    """An advisory lock on ``meta/.lock`` so two generators never write into one directory."""
+
+    def __init__(self, root: Path):
+        self.path = root / "meta" / ".lock"
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = self.path.open("w")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.f.close()
+            raise RuntimeError(f"another `neuralsim data generate` is writing into {str(self.path.parents[1])!r}")
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+        return False
