@@ -262,7 +262,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         W.write_records(root, records)
         W.update_totals(root, records)
     summary = summarise(records, str(root), len(todo), seconds)
-    log.info("%s", summary.format())
+    log.info("%s: %d new episodes in %.1f s (%.1f episodes/min); %d in total", root, len(todo), seconds,
+             summary.episodes_per_minute, len(records))
     return summary
 
 

@@ -10,11 +10,11 @@ corrupts the plan in one of :data:`FAILURE_MODES` so the task should fail; wheth
 the simulator's ground truth, recorded separately by the data generator:
 
 * ``missed_grasp`` - grasp (or push) 4.5 cm beside the object;
-* ``weak_grip`` - close the gripper only to touching (g = 0.4), so the cube slips out when lifted;
+* ``weak_grip`` - close the gripper only to touching (g = 0.34), so the cube slips out when lifted;
   for pushing: stop halfway;
-* ``early_release`` - open the gripper halfway through the carry; for pushing: lift off halfway;
+* ``early_release`` - open the gripper a quarter of the way through the carry; for pushing: lift off halfway;
 * ``overshoot`` - aim the placement (or push) 12 cm past the goal;
-* ``wrist_tilt`` - grasp with the hand rolled 0.5 rad, fingers on the cube's edges;
+* ``wrist_tilt`` - grasp with the hand rolled 0.5 rad and yawed 45 deg, fingers on the cube's edges;
 * ``oscillation`` - large joint-velocity oscillation while approaching and grasping.
 """
 
@@ -180,7 +180,8 @@ class ScriptedExpert:
         env, t, f = self.env, self.task, self.failure
         cube = env.cube_position(t.target)
         roll = 0.5 if f == "wrist_tilt" else 0.0
-        R = self._target_rotation(self._yaw, roll if self._phase <= 3 else 0.0)
+        yaw = self._yaw + (np.pi / 4 if f == "wrist_tilt" and self._phase <= 3 else 0.0)
+        R = self._target_rotation(yaw, roll if self._phase <= 3 else 0.0)
         grasp_xy = cube[:2] + (0.045 * np.array([np.cos(self._yaw + np.pi / 2), np.sin(self._yaw + np.pi / 2)])
                                if f == "missed_grasp" else 0.0)
         if not hasattr(self, "_grasp_point") or self._phase == 0:
@@ -204,7 +205,7 @@ class ScriptedExpert:
             self._advance(self._at(p, 0.008))
         elif ph == 2:  # close
             p = gp.copy()
-            self._grip = 0.4 if f == "weak_grip" else 1.0
+            self._grip = 0.34 if f == "weak_grip" else 1.0
             self._advance(self._timer >= 7)
         elif ph == 3:  # lift
             p = np.array([gp[0], gp[1], CARRY_HEIGHT])
@@ -215,7 +216,7 @@ class ScriptedExpert:
                 start = getattr(self, "_carry_start", None)
                 if start is None:
                     self._carry_start = env.tcp_position()[:2]
-                elif np.linalg.norm(env.tcp_position()[:2] - start) > 0.5 * np.linalg.norm(goal - start):
+                elif np.linalg.norm(env.tcp_position()[:2] - start) > 0.25 * np.linalg.norm(goal - start):
                     self._grip = 0.0
             self._advance(self._at(p, 0.015))
         elif ph == 5:  # lower

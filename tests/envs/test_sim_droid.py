@@ -1,0 +1,188 @@
+"""SimDROID-v0: spaces, controller calibration, ground truth, determinism, bad input, experts."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import neuralsim  # noqa: F401  (registers the environments)
+from neuralsim import kinematics as K
+from neuralsim.envs.experts import FAILURE_MODES, ScriptedExpert, run_expert_episode
+from neuralsim.envs.sim_droid import REALISED_STEP_PER_V, TASK_FAMILIES, SimDROIDEnv
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = SimDROIDEnv(render_mode="rgb_array")
+    yield e
+    e.close()
+
+
+def test_check_env_passes_without_warnings():
+    e = gym.make("SimDROID-v0")
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("error")
+        check_env(e.unwrapped, skip_render_check=True)
+    e.close()
+
+
+def test_spaces_follow_droid_conventions(env):
+    assert env.action_space.shape == (8,)
+    np.testing.assert_array_equal(env.action_space.low, [-1] * 7 + [0])
+    np.testing.assert_array_equal(env.action_space.high, [1] * 8)
+    obs, info = env.reset(seed=0)
+    assert set(obs) == {"exterior_image_1_left", "exterior_image_2_left", "wrist_image_left", "joint_position",
+                        "gripper_position", "cartesian_position"}
+    assert obs["wrist_image_left"].shape == (64, 64, 3) and obs["wrist_image_left"].dtype == np.uint8
+    np.testing.assert_allclose(obs["cartesian_position"], K.forward_kinematics(obs["joint_position"]), atol=1e-5)
+    np.testing.assert_allclose(obs["joint_position"], K.RESET_JOINT_POSITION, atol=2e-3)
+    assert obs["gripper_position"][0] < 0.05  # starts open
+    assert info["instruction"] and info["task"] in TASK_FAMILIES and info["rubric_level"] == 0
+
+
+def test_same_seed_same_rollout(env):
+    rng = np.random.default_rng(0)
+    actions = np.clip(rng.normal(0, 0.5, (8, 8)), env.action_space.low, env.action_space.high)
+    runs = []
+    for _ in range(2):
+        obs, info = env.reset(seed=123)
+        frames = [obs["exterior_image_1_left"]]
+        for a in actions:
+            obs, *_ = env.step(a)
+            frames.append(obs["wrist_image_left"])
+        runs.append((info["instruction"], np.stack(frames[1:]), obs["joint_position"]))
+    assert runs[0][0] == runs[1][0]
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])
+    np.testing.assert_array_equal(runs[0][2], runs[1][2])
+    _, info_a = env.reset(seed=123)
+    _, info_b = env.reset(seed=124)  # another seed gives another layout
+    poses_a = np.concatenate([v[:3] for v in info_a["object_poses"].values()])
+    poses_b = np.concatenate([v[:3] for v in info_b["object_poses"].values()])
+    assert np.abs(poses_a - poses_b).max() > 0.01
+
+
+def test_realised_step_matches_droid_calibration(env):
+    for j in (0, 3, 6):
+        env.reset(seed=0)
+        a = np.zeros(8)
+        a[j] = 0.5
+        q = [env.unwrapped._joint_position()[j]]
+        for _ in range(10):
+            obs, *_ = env.step(a)
+            q.append(obs["joint_position"][j])
+        steady = np.diff(q)[-5:].mean() / 0.5
+        assert abs(steady - REALISED_STEP_PER_V) < 0.1 * REALISED_STEP_PER_V, (j, steady)
+
+
+def test_gripper_command_closes_fingers(env):
+    obs, _ = env.reset(seed=0)
+    a = np.zeros(8)
+    a[7] = 1.0
+    for _ in range(6):
+        obs, *_ = env.step(a)
+    assert obs["gripper_position"][0] > 0.9
+
+
+def test_bad_actions_raise_and_leave_state_untouched(env):
+    obs, _ = env.reset(seed=0)
+    q = env._joint_position().copy()
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(7))
+    with pytest.raises(ValueError, match="NaN"):
+        env.step(np.full(8, np.nan))
+    np.testing.assert_array_equal(env._joint_position(), q)
+    with pytest.raises(ValueError, match="task"):
+        env.reset(seed=0, options={"task": "juggle"})
+    with pytest.raises(ValueError, match="unknown reset options"):
+        env.reset(seed=0, options={"colour": "red"})
+
+
+def test_out_of_range_actions_are_clipped(env):
+    env.reset(seed=0)
+    env.step(np.array([5.0] * 7 + [2.0]))
+    np.testing.assert_array_equal(env.episode().actions[-1], [1.0] * 8)
+
+
+def test_step_before_reset_raises():
+    e = SimDROIDEnv()
+    with pytest.raises(RuntimeError, match="reset"):
+        e.step(np.zeros(8))
+    e.close()
+
+
+def test_joint_position_mode_moves_towards_target():
+    e = SimDROIDEnv(action_mode="joint_position")
+    obs, _ = e.reset(seed=0)
+    target = obs["joint_position"].astype(np.float64) + np.array([0.15, 0, 0, 0, 0, 0, 0])
+    for _ in range(20):
+        obs, *_ = e.step(np.append(target, 0.0))
+    assert abs(obs["joint_position"][0] - target[0]) < 0.02
+    e.close()
+
+
+def test_render_collage_and_episode(env):
+    env.reset(seed=1)
+    for _ in range(3):
+        env.step(np.zeros(8))
+    img = env.render()
+    assert img.shape == (128, 128, 3) and img.dtype == np.uint8
+    ep = env.episode()
+    assert ep.num_frames == 4 and ep.actions.shape == (3, 8) and ep.instruction
+
+
+@pytest.mark.parametrize("task", TASK_FAMILIES)
+def test_expert_succeeds_and_ground_truth_reports_it(env, task):
+    info, steps = run_expert_episode(env, seed=7, task=task)
+    assert info["success"] and info["rubric_level"] == 5, info
+    assert steps < 150
+
+
+def test_doing_nothing_scores_zero_and_reward_comes_once_at_the_end():
+    e = gym.make("SimDROID-v0", max_episode_steps=5)
+    e.reset(seed=3)
+    rewards, info = [], {}
+    for _ in range(5):
+        _, r, term, trunc, info = e.step(np.zeros(8, np.float32))
+        rewards.append(r)
+    assert trunc and not term
+    assert rewards == [0.0] * 5 and info["rubric_level"] == 0 and not info["success"]
+    e.close()
+
+
+def test_missed_grasp_fails_with_approach_level():
+    e = SimDROIDEnv(task="put_in_bowl")
+    info, _ = run_expert_episode(e, seed=5, failure="missed_grasp")
+    assert not info["success"] and info["rubric_level"] in (2, 4)
+    e.close()
+
+
+def test_terminate_on_success_and_custom_reward_fn():
+    calls = []
+
+    def reward_fn(episode):
+        calls.append(episode.num_frames)
+        return 0.25
+
+    e = SimDROIDEnv(task="stack", terminate_on_success=True, reward_fn=reward_fn, max_episode_steps=150)
+    obs, _ = e.reset(seed=2)
+    expert = ScriptedExpert(e)
+    expert.reset()
+    rewards = []
+    for _ in range(150):
+        obs, r, term, trunc, info = e.step(expert.act(obs))
+        rewards.append(r)
+        if term or trunc:
+            break
+    assert term and info["success"]
+    assert calls == [len(rewards) + 1] and rewards[-1] == 0.25 and sum(rewards) == 0.25
+    e.close()
+
+
+def test_expert_rejects_bad_arguments(env):
+    with pytest.raises(ValueError, match="failure"):
+        ScriptedExpert(env, failure="dance")
+    with pytest.raises(TypeError):
+        ScriptedExpert(object())
+    assert len(FAILURE_MODES) == 6

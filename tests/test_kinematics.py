@@ -1,0 +1,85 @@
+"""Franka forward kinematics against the real DROID sample and the MuJoCo scene."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from neuralsim import kinematics as K
+
+DROID_REAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "droid_real")
+
+
+def _angle_diff(a, b):
+    return np.abs((a - b + np.pi) % (2 * np.pi) - np.pi)
+
+
+@pytest.mark.skipif(not os.path.isdir(DROID_REAL), reason="real DROID sample (../shared/data/droid_real) not present")
+def test_fk_reproduces_real_droid_cartesian_position():
+    files = sorted(glob.glob(os.path.join(DROID_REAL, "annotation", "*", "*.json")))
+    assert files, "no annotation files in the DROID sample"
+    worst_pos, worst_rot = 0.0, 0.0
+    for f in files:
+        with open(f) as fh:
+            d = json.load(fh)
+        q = np.asarray(d["observation.state.joint_position"])
+        cart = np.asarray(d["observation.state.cartesian_position"])
+        fk = K.forward_kinematics(q)
+        worst_pos = max(worst_pos, float(np.abs(fk[:, :3] - cart[:, :3]).max()))
+        R_fk, R_real = K.euler_xyz_to_matrix(fk[:, 3:]), K.euler_xyz_to_matrix(cart[:, 3:])
+        worst_rot = max(worst_rot, float(np.abs(R_fk - R_real).max()))
+    assert worst_pos < 1e-5, worst_pos
+    assert worst_rot < 1e-5, worst_rot
+
+
+def test_fk_torch_matches_numpy_and_is_batched():
+    rng = np.random.default_rng(0)
+    q = rng.uniform(K.JOINT_LIMITS_LOW, K.JOINT_LIMITS_HIGH, size=(4, 5, 7))
+    np_out = K.forward_kinematics(q)
+    t_out = K.forward_kinematics(torch.as_tensor(q))
+    assert np_out.shape == (4, 5, 6) and isinstance(t_out, torch.Tensor)
+    np.testing.assert_allclose(t_out.numpy(), np_out, atol=1e-9)
+
+
+def test_euler_round_trip():
+    rng = np.random.default_rng(1)
+    e = np.stack([rng.uniform(-np.pi, np.pi, 50), rng.uniform(-1.5, 1.5, 50), rng.uniform(-np.pi, np.pi, 50)], -1)
+    back = K.matrix_to_euler_xyz(K.euler_xyz_to_matrix(e))
+    assert _angle_diff(back, e).max() < 1e-9
+
+
+def test_reset_pose_points_the_flange_down():
+    cart = K.forward_kinematics(K.RESET_JOINT_POSITION)
+    R = K.euler_xyz_to_matrix(cart[3:])
+    assert R[2, 2] < -0.99  # flange z axis points at the table
+    assert 0.3 < cart[0] < 0.45 and abs(cart[1]) < 1e-9
+
+
+def test_mujoco_flange_site_matches_dh():
+    import mujoco
+
+    from neuralsim.envs import scene
+
+    model, data, h = scene.load_model()
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        q = rng.uniform(K.JOINT_LIMITS_LOW, K.JOINT_LIMITS_HIGH)
+        data.qpos[h.arm_qpos] = q
+        mujoco.mj_kinematics(model, data)
+        T = K.flange_transforms(q)
+        np.testing.assert_allclose(data.site_xpos[h.flange_site], T[:3, 3], atol=1e-4)
+        np.testing.assert_allclose(data.site_xmat[h.flange_site].reshape(3, 3), T[:3, :3], atol=1e-4)
+
+
+def test_mujoco_joint_ranges_are_the_datasheet_limits():
+    from neuralsim.envs import scene
+
+    model, _, h = scene.load_model()
+    for i in range(7):
+        jid = model.dof_jntid[h.arm_dof[i]]
+        np.testing.assert_allclose(model.jnt_range[jid], [K.JOINT_LIMITS_LOW[i], K.JOINT_LIMITS_HIGH[i]], atol=1e-4)
