@@ -93,20 +93,59 @@ class TaskSpec:
 
 
 class SimDROIDEnv(gym.Env):
-    """MuJoCo Franka tabletop with DROID's action/observation conventions.
+    """MuJoCo Franka Panda tabletop with DROID's action/observation conventions and ground truth.
 
-    Args:
-        render_mode: ``"rgb_array"`` makes ``render()`` return the 2x2 camera collage.
-        image_size: side of the square camera images (the world model uses 64).
-        action_mode: ``"joint_velocity"`` (DROID default: 7 normalised velocities in [-1, 1] then the
-            gripper position in [0, 1]) or ``"joint_position"`` (7 absolute joint targets + gripper).
-        task: a family of ``TASK_FAMILIES`` or None to draw one from the seed on every reset.
-        terminate_on_success: end the episode (``terminated``) as soon as the task succeeds.
-        reward_fn: called once with the whole :class:`~neuralsim.episode.Episode` when it ends; its
-            score is the reward of that step.  ``"ground_truth"`` (default) uses the simulator's rubric
-            level (0-5); any name accepted by :func:`neuralsim.rewards.make_reward_fn`, a callable or
-            None (reward always 0) also work.
-        max_episode_steps: horizon used for ``truncated`` (``gym.make`` also wraps with TimeLimit).
+    ## Description
+    A Franka Panda with a parallel gripper on a table holding three coloured 5 cm cubes, a blue bowl
+    and a yellow target pad; two fixed exterior cameras and a wrist camera.  Each episode draws a task
+    family (``put_in_bowl``, ``push_to_pad``, ``stack``), colours and poses from the seed and states it
+    as a language instruction (``info["instruction"]``).
+
+    ## Action Space
+    ``Box(low=[-1]*7 + [0], high=[1]*8)`` in the default ``action_mode="joint_velocity"``:
+
+    | index | meaning                              | range   | unit / effect                          |
+    |-------|--------------------------------------|---------|----------------------------------------|
+    | 0-6   | normalised joint velocity, joints 1-7 | [-1, 1] | target ``q + 0.2 v`` rad for 1/15 s; the arm realises ~0.053 v per step |
+    | 7     | gripper position                     | [0, 1]  | 0 open (8 cm), 1 closed                 |
+
+    ``action_mode="joint_position"``: indices 0-6 are absolute joint targets within the datasheet limits
+    (the step towards them is capped at 0.2 rad per 1/15 s).  Finite out-of-range actions are clipped;
+    NaN/inf or a wrong shape raise ``ValueError``.
+
+    ## Observation Space
+    ``Dict`` with DROID's names: ``exterior_image_1_left``, ``exterior_image_2_left``,
+    ``wrist_image_left`` (uint8, ``image_size`` x ``image_size`` x 3); ``joint_position`` (7, rad);
+    ``gripper_position`` (1, 0 open ... 1 closed); ``cartesian_position`` (6: flange xyz [m] +
+    extrinsic XYZ Euler [rad], forward kinematics of ``joint_position``).
+
+    ## Rewards
+    0 on every step but the last; when the episode terminates or truncates, ``reward_fn`` scores the
+    whole episode.  The default ``"ground_truth"`` gives the rubric level (0, 2, 4 or 5).
+
+    ## Episode End
+    Truncation at ``max_episode_steps`` (150 via ``gym.make``, 10 s at 15 Hz).  Termination only with
+    ``terminate_on_success=True``, when the task succeeds.
+
+    ## Info (ground truth)
+    ``task``, ``instruction``, ``target``, ``object_poses`` (name -> xyz + wxyz quaternion),
+    ``tcp_position``, ``target_distance``, ``contacts`` (named pairs), ``grasped_object``, ``success``,
+    ``rubric_level`` (5 success; 4 target touched or grasped; 2 gripper within 6 cm; 0 otherwise -
+    the best level reached so far unless the goal holds now).
+
+    ## Arguments
+    render_mode: ``"rgb_array"`` makes ``render()`` return the 2x2 camera collage.
+    image_size: side of the square camera images (the world model uses 64).
+    action_mode: ``"joint_velocity"`` (DROID default) or ``"joint_position"``.
+    task: a family of ``TASK_FAMILIES`` or None to draw one from the seed on every reset
+        (``reset(options={"task": ...})`` overrides it for one episode).
+    terminate_on_success: end the episode (``terminated``) as soon as the task succeeds.
+    reward_fn: ``"ground_truth"``, a reward-function name for :func:`neuralsim.rewards.make_reward_fn`
+        (e.g. ``"roboworld:offline"``), a callable ``fn(Episode)``, or None (always 0).
+    max_episode_steps: horizon used for ``truncated`` (``gym.make`` also wraps with TimeLimit).
+
+    ## Version History
+    v0: first release.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
