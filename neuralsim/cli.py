@@ -208,11 +208,13 @@ def dataset_info(root: str) -> str:
         for split in sorted({r["split"] for r in records}):
             rs = [r for r in records if r["split"] == split]
             lens = [r["length"] for r in rs]
+            hz = sorted({15 / max(1, round(r["raw_length"] / r["length"])) for r in rs})
             lines.append(f"  {split}: {len(rs)} episodes, {sum(r['success'] for r in rs)} successful, "
-                         f"{min(lens)}-{max(lens)} video frames at 5 Hz")
+                         f"{min(lens)}-{max(lens)} video frames at {'/'.join(f'{h:g}' for h in hz)} Hz")
         return "\n".join(lines)
     info = read_info(root) or {}
-    lines.append(f"  fps {info.get('fps')}, image size {info.get('image_size')}, version {info.get('codebase_version')}")
+    lines.append(f"  fps {info.get('fps')}, image size {info.get('image_size')}, "
+                 f"version {info.get('codebase_version')}")
     if info.get("generation"):
         lines.append(f"  generation: {json.dumps(info['generation'])}")
     if records:
@@ -237,7 +239,7 @@ def _add_train(sub, full: bool = True) -> None:
     try:
         from .world_model.train import configure_parser
     except ImportError as e:  # keep the rest of the CLI usable
-        p.set_defaults(func=lambda args: _unavailable("train", e))
+        p.set_defaults(func=lambda args, err=e: _unavailable("train", err))
         return
     configure_parser(p)
     p.set_defaults(func=_run_train)

@@ -8,9 +8,11 @@ action adapter and the episode records of every row, so a single env is exactly 
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -51,6 +53,24 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 class InvalidActionError(ValueError):
     """An action of the wrong shape, with NaN/inf, or (``strict=True``) outside the action space."""
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Wall-clock seconds of one ``step`` (``info["timing"]``); shared by the rows of a batched step.
+
+    Timings are measurements, not state: they take no part in equality, so two seeded runs give equal
+    infos (Gymnasium's ``check_env`` compares them).
+    """
+
+    adapter_s: float = field(compare=False)
+    """Action adapter + forward kinematics."""
+    world_model_s: float = field(compare=False)
+    """Denoising passes and the commit pass of the DiT."""
+    decode_s: float = field(compare=False)
+    """Decoding the three views (and resizing them for the policy)."""
+    step_s: float = field(compare=False)
+    """The whole generation step."""
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -248,7 +268,7 @@ class _Core:
                                "cartesian_position": [], "actions": []}
             self._record_state(r)
             infos.append({"instruction": specs[i].instruction, "episode": specs[i].name,
-                          "metadata": dict(specs[i].metadata), "conditioning": cond[i], "step": 0})
+                          "metadata": copy.deepcopy(specs[i].metadata), "conditioning": cond[i].copy(), "step": 0})
         return infos
 
     # ------------------------------------------------------------------ step
@@ -278,7 +298,7 @@ class _Core:
         self.joints.set_rows(rows, nxt)
         self.frames[rows], self.obs_views[rows] = views, obs_views
         self.steps[rows] += 1
-        timing = {"adapter_s": t1 - t0, "world_model_s": t2 - t1, "decode_s": t3 - t2, "step_s": t3 - t0}
+        timing = StepTiming(adapter_s=t1 - t0, world_model_s=t2 - t1, decode_s=t3 - t2, step_s=t3 - t0)
         n = len(rows)
         rewards, terminated = np.zeros(n), np.zeros(n, bool)
         truncated = np.zeros(n, bool) if self.max_episode_steps is None else self.steps[rows] >= self.max_episode_steps
@@ -291,7 +311,7 @@ class _Core:
             info = {"instruction": self.specs[r].instruction, "episode": self.specs[r].name,
                     "step": int(self.steps[r]), "action_clipped": bool(clipped[i].any()),
                     "clipped_dims": clipped[i].copy(), "joint_limit_hit": hit_limit[i].copy(),
-                    "conditioning": cond[i], "timing": dict(timing)}
+                    "conditioning": cond[i].copy(), "timing": timing}
             if truncated[i] or terminated[i]:
                 self.ended[r] = True
                 rewards[i] = self._episode_reward(r, info)
@@ -340,7 +360,7 @@ class _Core:
             actions=np.stack(rec["actions"]) if rec["actions"] else np.zeros((0, 8), np.float32),
             instruction=spec.instruction, fps=K.CONTROL_HZ,
             metadata={"source": "NeuralDROID-v0", "episode": spec.name, "noise_seed": self.seeds[r],
-                      "action_mode": self.action_mode, **spec.metadata},
+                      "action_mode": self.action_mode, **copy.deepcopy(spec.metadata)},
         )
 
     def collage(self, r: int) -> np.ndarray:
@@ -426,8 +446,9 @@ class NeuralDROIDEnv(gym.Env):
     ## Info
     ``instruction``, ``episode`` (spec name), ``step``, ``conditioning`` (the 7 numbers fed to the
     world model: flange pose + gripper), ``action_clipped`` / ``clipped_dims`` (8 bools),
-    ``joint_limit_hit`` (7 bools), ``timing`` (seconds spent in the adapter, the world model's
-    denoising, decoding, and the whole step); at the end ``judgement`` or ``judgement_error``.
+    ``joint_limit_hit`` (7 bools), ``timing`` (a :class:`StepTiming`: seconds spent in the adapter, the
+    world model's denoising, decoding, and the whole step); at the end ``judgement`` or
+    ``judgement_error``.
 
     ## Memory and speed
     The KV cache is preallocated for W frames, so world-model memory is flat over any episode length
@@ -440,12 +461,12 @@ class NeuralDROIDEnv(gym.Env):
     ## Example
     >>> import gymnasium as gym, neuralsim
     >>> env = gym.make("NeuralDROID-v0")                                  # doctest: +SKIP
-    >>> obs, info = env.reset(seed=0, options={{"episode": "put_in_bowl_1000000"}})  # doctest: +SKIP
+    >>> obs, info = env.reset(seed=0, options={"episode": "put_in_bowl_1000000"})  # doctest: +SKIP
     >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())  # doctest: +SKIP
 
     ## Version History
     * v0: initial version.
-    """.format(args=_COMMON_ARGS)
+    """.replace("\n    {args}", _COMMON_ARGS)
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
 
@@ -536,7 +557,7 @@ class NeuralDROIDVectorEnv(gym.vector.VectorEnv):
         autoreset_mode: ``"NextStep"`` or ``"SameStep"`` (or an ``AutoresetMode``).
         other arguments: as :class:`NeuralDROIDEnv`:
     {args}
-    """.format(args=_COMMON_ARGS)
+    """.replace("\n    {args}", _COMMON_ARGS)
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ,
                 "autoreset_mode": AutoresetMode.NEXT_STEP}

@@ -149,7 +149,7 @@ def open_dataset(spec: str, clip_length: int, image_size: int, seed: int = 0):
         from neuralsim.data.reader import ClipDataset
     except ImportError as e:
         raise RuntimeError(f"cannot import neuralsim.data.reader.ClipDataset to read {spec!r}: {e}") from e
-    return ClipDataset(spec, clip_length=clip_length)
+    return ClipDataset(spec, clip_length=clip_length, image_size=image_size)
 
 
 def fetch_clips(dataset, indices: list[int], image_size: int):

@@ -169,3 +169,11 @@ def test_workers_give_the_same_episodes(dataset, tmp_path):
     ours = [{k: r[k] for k in keys} for r in list_episodes(tmp_path)]
     ref = [{k: r[k] for k in keys} for r in list_episodes(dataset)[:2]]
     assert ours == ref
+
+
+def test_two_generators_cannot_share_a_directory(tmp_path):
+    from neuralsim.data.generate import _exclusive
+
+    with _exclusive(tmp_path):
+        with pytest.raises(RuntimeError, match="another"):
+            generate(tmp_path, 1, **PARAMS)
