@@ -153,7 +153,8 @@ def _add_data(sub) -> None:
                     "episodes gets a failure mode so the world model sees failing actions fail. Re-running the "
                     "same command resumes; a larger --episodes extends the dataset.",
         epilog="example:\n  neuralsim data generate data/simdroid --episodes 600 --workers 2 --failure-share 0.3")
-    g.add_argument("out", help="output directory")
+    g.add_argument("out", nargs="?", default=None, help="output directory (or --out DIR)")
+    g.add_argument("--out", dest="out_opt", default=None, metavar="DIR", help="output directory")
     g.add_argument("--episodes", type=int, required=True, help="total episodes the dataset should hold")
     g.add_argument("--workers", type=int, default=1, help="processes, one SimDROID env each (default 1)")
     g.add_argument("--seed", type=int, default=0, help="base seed; episode i uses seed + i (default 0)")
@@ -179,7 +180,10 @@ def _run_generate(args: argparse.Namespace) -> int:
     from .data.generate import generate
 
     families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
-    summary = generate(args.out, args.episodes, workers=args.workers, seed=args.seed,
+    out = args.out_opt or args.out
+    if out is None or (args.out_opt and args.out and args.out_opt != args.out):
+        raise SystemExit("neuralsim data generate: give the output directory once, as OUT or --out DIR")
+    summary = generate(out, args.episodes, workers=args.workers, seed=args.seed,
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
                        max_steps=args.max_steps, image_size=args.image_size, progress=args.progress)
     print(summary.format())
