@@ -359,8 +359,9 @@ class _Core:
             cartesian_position=np.stack(rec["cartesian_position"]),
             actions=np.stack(rec["actions"]) if rec["actions"] else np.zeros((0, 8), np.float32),
             instruction=spec.instruction, fps=K.CONTROL_HZ,
-            metadata={"source": "NeuralDROID-v0", "episode": spec.name, "noise_seed": self.seeds[r],
-                      "action_mode": self.action_mode, **copy.deepcopy(spec.metadata)},
+            metadata={**copy.deepcopy(spec.metadata), "spec_source": spec.metadata.get("source"),
+                      "source": "NeuralDROID-v0", "episode": spec.name, "noise_seed": self.seeds[r],
+                      "action_mode": self.action_mode},
         )
 
     def collage(self, r: int) -> np.ndarray:
@@ -646,30 +647,30 @@ class NeuralDROIDVectorEnv(gym.vector.VectorEnv):
             stepping, resetting = np.flatnonzero(~self._autoreset), np.flatnonzero(self._autoreset)
         else:
             stepping, resetting = np.arange(n), np.zeros(0, np.int64)
-        if len(resetting):
-            infos = self._autoreset_rows(resetting, infos)
+        for i, info in zip(resetting.tolist(), self._reset_rows_from_rngs(resetting)):
+            infos = self._add_info(infos, info, i)
         if len(stepping):
             r, te, tr, step_infos = core.step_rows(stepping, a[stepping], clipped[stepping])
             rewards[stepping], terms[stepping], truncs[stepping] = r, te, tr
+            step_infos = dict(zip(stepping.tolist(), step_infos))
             done = stepping[te | tr]
             if self.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP and len(done):
                 final_obs = core.observations(done)
-                for j, i in enumerate(done):
+                for j, i in enumerate(done.tolist()):
                     infos = self._add_info(infos, {"final_obs": {k: v[j] for k, v in final_obs.items()},
-                                                   "final_info": step_infos[list(stepping).index(i)]}, int(i))
-                infos = self._autoreset_rows(done, infos, add_info=False)
-            for i, info in zip(stepping, step_infos):
-                infos = self._add_info(infos, info, int(i))
+                                                   "final_info": step_infos[i]}, i)
+                step_infos.update(zip(done.tolist(), self._reset_rows_from_rngs(done)))
+            for i, info in step_infos.items():
+                infos = self._add_info(infos, info, i)
         self._autoreset = terms | truncs
         return core.observations(np.arange(n)), rewards, terms, truncs, infos
 
-    def _autoreset_rows(self, rows: np.ndarray, infos: dict, add_info: bool = True) -> dict:
+    def _reset_rows_from_rngs(self, rows: np.ndarray) -> list[dict]:
+        """Autoreset: a new episode for each row, drawn from the row's own RNG; returns reset infos."""
+        if not len(rows):
+            return []
         resolved = [self._core.resolve(None, self._rng(i)) for i in rows]
-        reset_infos = self._core.reset_rows(rows, [s for s, _ in resolved], [z for _, z in resolved])
-        if add_info:
-            for i, info in zip(rows, reset_infos):
-                infos = self._add_info(infos, info, int(i))
-        return infos
+        return self._core.reset_rows(rows, [s for s, _ in resolved], [z for _, z in resolved])
 
     def episode(self, index: int = 0) -> Episode:
         """Env ``index``'s episode so far (native 64x64 frames, states, applied actions)."""
