@@ -494,6 +494,11 @@ class NeuralDROIDEnv(gym.Env):
     def max_episode_steps(self) -> int | None:
         return self._core.max_episode_steps
 
+    @property
+    def reward_fn(self) -> Callable | None:
+        """The resolved reward function (None: every reward is 0, e.g. the default judge is not trained)."""
+        return self._core.reward_fn
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         options = dict(options or {})
         unknown = set(options) - {"episode"}

@@ -1,0 +1,293 @@
+"""Evaluate a policy inside NeuralDROID-v0, judged, beside its SimDROID twin.
+
+Usage (the README's main job runs this with its defaults)::
+
+    python -m policies.evaluate                                  # expert plan, 3 default episodes
+    python -m policies.evaluate --policy random --episodes 6 --out outputs/eval_random
+    python -m policies.evaluate --policy openpi:127.0.0.1:8000 --episodes 12
+
+For every episode of the shipped episode set (or ``--names``):
+
+1. the policy acts in ``NeuralDROID-v0`` (the world model) from the episode's first three views;
+   the env's reward function (default: the offline judge, ``roboworld:offline``) scores the finished
+   episode on the RoboWorld 0-5 rubric;
+2. the very same action stream is replayed in ``SimDROID-v0`` from the same seed -- the ground truth
+   of what those actions really do -- and its rubric level is recorded;
+3. a video puts the two side by side: NeuralDROID's 2x2 collage on the left, SimDROID's on the right.
+
+The default policy ``expert-plan`` is SimDROID's scripted expert run once in the simulator and its
+actions replayed open loop in the world model (the world model cannot run a privileged expert).  Any
+name :func:`policies.make_policy` knows that needs no privileged state works too (``zero``,
+``random``, ``openpi:HOST:PORT``, ``roboarena:HOST:PORT``).  Results go to ``OUT/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .base import EpisodeResult, run_episode
+from .replay import ReplayPolicy
+
+log = logging.getLogger(__name__)
+
+EXPERT_PLAN = "expert-plan"
+
+
+@dataclass
+class EvalConfig:
+    """Options of ``python -m policies.evaluate``."""
+
+    policy: str = EXPERT_PLAN
+    """``expert-plan`` or a :func:`policies.make_policy` name that needs no privileged state."""
+    episodes: int = 3
+    """Number of episodes taken in order from the episode set (ignored when ``names`` is given)."""
+    names: Sequence[str] = ()
+    """Episode names of the set to run (``python -m neuralsim.envs.episodes --list`` prints them)."""
+    steps: int = 150
+    """Episode length (10 s at 15 Hz, SimDROID's horizon); the episode is judged at its end."""
+    checkpoint: str | None = None
+    """World-model checkpoint (directory or hub id); None = the shipped default."""
+    reward_fn: Any = "default"
+    """NeuralDROID's reward function: a name ("default" = the offline judge), a callable, or "none"."""
+    replan_every: int = 8
+    """Actions of each chunk executed open loop before the policy is queried again."""
+    seed: int = 0
+    """World-model noise seed of the first episode (episode i uses seed + i)."""
+    out: str = "outputs/eval"
+    """Where the videos and results.json go."""
+    truth: bool = True
+    """Replay each action stream in SimDROID for its ground-truth rubric level."""
+    progress: bool = True
+
+
+@dataclass
+class EpisodeScore:
+    """One evaluated episode (a row of ``results.json``)."""
+
+    name: str
+    instruction: str
+    steps: int
+    neural_score: float | None
+    """The reward function's score of the NeuralDROID rollout (None without a reward function)."""
+    sim_level: int | None
+    """SimDROID's ground-truth rubric level for the same actions (None with ``truth=False``)."""
+    video: str
+    judgement: dict[str, Any] | None = None
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _sim_env():
+    from neuralsim.envs.sim_droid import SimDROIDEnv
+
+    return SimDROIDEnv(image_size=64, reward_fn=None)
+
+
+def expert_plan(sim, seed: int, task: str, max_steps: int, settle_steps: int = 5) -> np.ndarray:
+    """The scripted expert's actions for SimDROID episode (seed, task), stopping once its plan is done."""
+    from neuralsim.envs.experts import ScriptedExpert
+
+    obs, _ = sim.reset(seed=int(seed), options={"task": task})
+    expert = ScriptedExpert(sim, seed=int(seed))
+    expert.reset()
+    actions, settle = [], 0
+    for _ in range(max_steps):
+        a = expert.act(obs)
+        actions.append(a)
+        obs, *_ = sim.step(a)
+        settle += expert.done
+        if settle > settle_steps:
+            break
+    return np.asarray(actions, np.float32)
+
+
+def replay_in_sim(sim, seed: int, task: str, actions: np.ndarray):
+    """Replay ``actions`` in SimDROID from (seed, task); returns (final info, Episode)."""
+    sim.reset(seed=int(seed), options={"task": task})
+    info: dict[str, Any] = {}
+    for a in actions:
+        _, _, _, _, info = sim.step(a)
+    return info, sim.episode()
+
+
+def _side_by_side(neural, sim) -> np.ndarray:
+    """NeuralDROID collage | SimDROID collage, frame by frame (the shorter one holds its last frame)."""
+    a = neural.collage_frames()
+    if sim is None:
+        return a
+    b = sim.collage_frames()
+    if b.shape[1:3] != a.shape[1:3]:
+        from neuralsim.envs.episodes import resize_image
+
+        b = np.stack([resize_image(f, a.shape[1]) for f in b])
+    n = max(len(a), len(b))
+    a = np.concatenate([a, np.repeat(a[-1:], n - len(a), 0)])
+    b = np.concatenate([b, np.repeat(b[-1:], n - len(b), 0)])
+    gap = np.full((n, a.shape[1], 4, 3), 255, np.uint8)
+    return np.concatenate([a, gap, b], axis=2)
+
+
+def _judgement_dict(j: Any) -> dict[str, Any] | None:
+    if j is None:
+        return None
+    keys = ("score", "criteria", "rationale", "backend", "model", "latency_s", "cost_usd", "error")
+    out = {k: getattr(j, k) for k in keys if hasattr(j, k)}
+    return json.loads(json.dumps(out, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+
+
+def evaluate(cfg: EvalConfig) -> list[EpisodeScore]:
+    """Run the evaluation described by ``cfg``; writes videos and ``results.json`` into ``cfg.out``."""
+    from neuralsim.envs.neural_droid import NeuralDROIDEnv
+    from neuralsim.episode import write_video
+
+    from . import make_policy
+
+    if cfg.episodes < 1 and not cfg.names:
+        raise ValueError(f"episodes must be >= 1, got {cfg.episodes}")
+    if cfg.steps < 1:
+        raise ValueError(f"steps must be >= 1, got {cfg.steps}")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    reward_fn = None if cfg.reward_fn == "none" else cfg.reward_fn
+    env = NeuralDROIDEnv(checkpoint=cfg.checkpoint, reward_fn=reward_fn, max_episode_steps=cfg.steps)
+    names = list(cfg.names) or env.episodes.names[: cfg.episodes]
+    specs = [env.episodes.resolve(n) for n in names]
+    need_sim = cfg.truth or cfg.policy == EXPERT_PLAN
+    if cfg.policy == EXPERT_PLAN and any(s.metadata.get("source") != "SimDROID-v0" for s in specs):
+        raise ValueError("policy 'expert-plan' needs SimDROID episode specs (metadata source 'SimDROID-v0')")
+    sim = _sim_env() if need_sim else None
+    policy = None if cfg.policy == EXPERT_PLAN else make_policy(cfg.policy)
+    scores: list[EpisodeScore] = []
+    bar = _progress(len(specs), cfg.progress)
+    try:
+        for i, spec in enumerate(specs):
+            t0 = time.perf_counter()
+            meta = spec.metadata
+            if policy is None:  # the plan holds still once done, so every episode runs to the horizon
+                pol = ReplayPolicy(expert_plan(sim, meta["seed"], meta["task"], cfg.steps), on_end="hold")
+            else:
+                pol = policy
+            result: EpisodeResult = run_episode(env, pol, max_steps=cfg.steps, replan_every=cfg.replan_every,
+                                                seed=cfg.seed + i, options={"episode": spec.name})
+            judgement = result.info.get("judgement")
+            neural_score = None if env.reward_fn is None else float(result.reward)
+            sim_level, sim_episode = None, None
+            if cfg.truth and meta.get("source") == "SimDROID-v0":
+                info, sim_episode = replay_in_sim(sim, meta["seed"], meta["task"], result.actions)
+                sim_level = int(info["rubric_level"])
+            video = str(out / f"{i:02d}_{spec.name}.mp4")
+            write_video(video, _side_by_side(result.episode, sim_episode))
+            scores.append(EpisodeScore(name=spec.name, instruction=spec.instruction, steps=result.steps,
+                                       neural_score=neural_score, sim_level=sim_level, video=video,
+                                       judgement=_judgement_dict(judgement), seconds=time.perf_counter() - t0))
+            bar.update(1)
+    finally:
+        bar.close()
+        env.close()
+        if sim is not None:
+            sim.close()
+    summary = summarise(scores)
+    (out / "results.json").write_text(json.dumps({"config": _jsonable(asdict(cfg)), "summary": summary,
+                                                  "episodes": [asdict(s) for s in scores]}, indent=2))
+    return scores
+
+
+def summarise(scores: Sequence[EpisodeScore]) -> dict[str, Any]:
+    """Mean scores, success shares and NeuralDROID-vs-SimDROID agreement."""
+    neural = [s.neural_score for s in scores if s.neural_score is not None and math.isfinite(s.neural_score)]
+    sim = [s.sim_level for s in scores if s.sim_level is not None]
+    both = [(s.neural_score, s.sim_level) for s in scores
+            if s.neural_score is not None and math.isfinite(s.neural_score) and s.sim_level is not None]
+    return {
+        "episodes": len(scores),
+        "neural_mean_score": float(np.mean(neural)) if neural else None,
+        "sim_mean_level": float(np.mean(sim)) if sim else None,
+        "neural_success_rate": float(np.mean([x >= 5 for x in neural])) if neural else None,
+        "sim_success_rate": float(np.mean([x >= 5 for x in sim])) if sim else None,
+        "success_agreement": float(np.mean([(a >= 5) == (b >= 5) for a, b in both])) if both else None,
+        "mean_abs_level_error": float(np.mean([abs(a - b) for a, b in both])) if both else None,
+    }
+
+
+def format_table(scores: Sequence[EpisodeScore], summary: dict[str, Any]) -> str:
+    """A plain-text table of the scores and the summary."""
+    def num(x, fmt="{:.1f}"):
+        return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+    lines = [f"{'episode':24s} {'steps':>5s} {'NeuralDROID':>11s} {'SimDROID':>8s}  instruction"]
+    for s in scores:
+        lines.append(f"{s.name:24s} {s.steps:5d} {num(s.neural_score):>11s} {num(s.sim_level, '{}'):>8s}  "
+                     f"{s.instruction}")
+    lines.append(f"mean judged score {num(summary['neural_mean_score'], '{:.2f}')} (NeuralDROID) vs ground-truth "
+                 f"level {num(summary['sim_mean_level'], '{:.2f}')} (SimDROID); success agreement "
+                 f"{num(summary['success_agreement'], '{:.0%}')}")
+    return "\n".join(lines)
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    """Config values as JSON (a callable reward function is recorded by its repr)."""
+    return {k: list(v) if isinstance(v, tuple) else v if v is None or isinstance(v, (str, int, float, bool))
+            else repr(v) for k, v in d.items()}
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="episodes", unit="ep")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = EvalConfig()
+    p = argparse.ArgumentParser(prog="python -m policies.evaluate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--policy", default=d.policy, help=f"'{EXPERT_PLAN}' (default), zero, random, "
+                                                       "openpi:HOST:PORT, roboarena:HOST:PORT")
+    p.add_argument("--episodes", type=int, default=d.episodes, help="first N episodes of the episode set")
+    p.add_argument("--names", nargs="+", default=(), help="episode names instead of --episodes")
+    p.add_argument("--steps", type=int, default=d.steps, help="step budget per episode")
+    p.add_argument("--checkpoint", default=None, help="world-model directory or hub id (default: shipped)")
+    p.add_argument("--reward-fn", dest="reward_fn", default=d.reward_fn,
+                   help="e.g. roboworld:offline, roboworld:openai/gpt-4o, none")
+    p.add_argument("--replan-every", dest="replan_every", type=int, default=d.replan_every)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out", default=d.out)
+    p.add_argument("--no-truth", dest="truth", action="store_false", help="skip the SimDROID replay")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    cfg = EvalConfig(**vars(args))
+    try:
+        scores = evaluate(cfg)
+    except (ValueError, FileNotFoundError, ConnectionError) as e:
+        print(f"policies.evaluate: error: {e}")
+        return 1
+    print(format_table(scores, summarise(scores)))
+    print(f"videos (NeuralDROID | SimDROID) and results.json in {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
