@@ -19,6 +19,12 @@ import sys
 from neuralsim.data.generate import generate
 print(generate(sys.argv[1], episodes=int(sys.argv[2]), workers=2, seed=0, progress=False).format())
 " "$DATA" "$EPISODES"
+echo "== $(date -u +%FT%TZ) decoding the videos once into the dataset's frame cache"
+python -c "
+import sys
+from neuralsim.data.reader import warm_frame_cache
+print(warm_frame_cache(sys.argv[1], 64, workers=2, progress=False), 'episodes cached')
+" "$DATA"
 echo "== $(date -u +%FT%TZ) autoencoder"
 python -m neuralsim.world_model.train --stage autoencoder --data "$DATA" --out "$RUNS/ae" \
     --steps "$AE_STEPS" --max-minutes "$AE_MIN" --no-progress

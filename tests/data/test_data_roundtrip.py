@@ -177,3 +177,23 @@ def test_two_generators_cannot_share_a_directory(tmp_path):
     with _exclusive(tmp_path):
         with pytest.raises(RuntimeError, match="another"):
             generate(tmp_path, 1, **PARAMS)
+
+
+def test_frame_cache_is_written_reused_and_rebuilt(dataset, tmp_path):
+    import shutil
+
+    from neuralsim.data.reader import FRAME_CACHE_DIR, decode_video, warm_frame_cache
+
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root, ignore=shutil.ignore_patterns(FRAME_CACHE_DIR))
+    assert warm_frame_cache(root, 32, progress=False) == len(list_episodes(root)) >= 2
+    cache = root / FRAME_CACHE_DIR / "32" / "episode_000000.npy"
+    cached = np.load(cache)
+    direct = np.stack([decode_video(root / "videos" / v / "episode_000000.mp4", 32) for v in VIEW_NAMES], axis=1)
+    assert cached.shape == direct.shape and np.array_equal(cached, direct)
+    # the reader now serves the cached array: prove it by changing the cache
+    np.save(cache, np.zeros_like(cached))
+    assert read_episode(root, 0, image_size=32).frames[VIEW_NAMES[0]].max() == 0
+    cache.write_bytes(b"torn")  # an unreadable cache file is decoded again and rewritten
+    assert np.array_equal(read_episode(root, 0, image_size=32).frames[VIEW_NAMES[1]], direct[:, 1])
+    assert np.array_equal(np.load(cache), direct)
