@@ -12,6 +12,7 @@ RUNS="${RUNS:-runs}"
 EPISODES="${EPISODES:-900}"
 AE_STEPS="${AE_STEPS:-3000}"; DF_STEPS="${DF_STEPS:-8000}"; SF_STEPS="${SF_STEPS:-2000}"
 AE_MIN="${AE_MIN:-30}"; DF_MIN="${DF_MIN:-60}"; SF_MIN="${SF_MIN:-20}"
+AE_FRAMES="${AE_FRAMES:-1}"; AE_LR="${AE_LR:-1e-3}"  # frames per clip per AE step (x 3 views x batch 8)
 
 echo "== $(date -u +%FT%TZ) data: $EPISODES SimDROID episodes -> $DATA"
 python -c "
@@ -27,7 +28,7 @@ print(warm_frame_cache(sys.argv[1], 64, workers=2, progress=False), 'episodes ca
 " "$DATA"
 echo "== $(date -u +%FT%TZ) autoencoder"
 python -m neuralsim.world_model.train --stage autoencoder --data "$DATA" --out "$RUNS/ae" \
-    --steps "$AE_STEPS" --max-minutes "$AE_MIN" --no-progress
+    --steps "$AE_STEPS" --max-minutes "$AE_MIN" --frames-per-clip "$AE_FRAMES" --lr "$AE_LR" --warmup 50 --no-progress
 echo "== $(date -u +%FT%TZ) Diffusion Forcing"
 python -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --init-from "$RUNS/ae/model" \
     --data "$DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" --no-progress
