@@ -24,6 +24,7 @@ examples:
   neuralsim demo --seed 0 --task put_in_bowl             # watch the scripted expert (outputs/demo/*.mp4)
   neuralsim demo --seed 3 --task stack --failure weak_grip
   neuralsim data generate data/simdroid --episodes 600 --workers 2
+  neuralsim data generate data/simdroid_ood --episodes 30 --seed 2000000 --ood   # out-of-distribution split
   neuralsim data info data/simdroid
   neuralsim data info ../shared/data/droid_real          # the real DROID sample reads the same way
   neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000
@@ -166,6 +167,9 @@ def _add_data(sub) -> None:
                    help="comma-separated task families cycled over (default: put_in_bowl,push_to_pad,stack)")
     g.add_argument("--max-steps", dest="max_steps", type=int, default=150, help="step cap per episode (default 150)")
     g.add_argument("--image-size", dest="image_size", type=int, default=64, help="camera image side (default 64)")
+    g.add_argument("--ood", action="store_true",
+                   help="out-of-distribution split: cube colours outside the training palette and the target "
+                        "cube outside the training region (SimDROIDEnv(distribution='ood'))")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     g.set_defaults(func=_run_generate)
 
@@ -185,7 +189,7 @@ def _run_generate(args: argparse.Namespace) -> int:
         raise SystemExit("neuralsim data generate: give the output directory once, as OUT or --out DIR")
     summary = generate(out, args.episodes, workers=args.workers, seed=args.seed,
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
-                       max_steps=args.max_steps, image_size=args.image_size, progress=args.progress)
+                       max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood)
     print(summary.format())
     return 0
 

@@ -13,6 +13,14 @@ then ``settle_steps`` more steps (so the outcome is visible), or until ``max_ste
 (``success``, ``rubric_level``) are the simulator's ground truth at the last step -- a
 failure-labelled episode can still succeed, and a clean one can fail; both are kept.
 
+``ood=True`` (``--ood`` on the command line) generates the out-of-distribution split: every episode
+runs in ``SimDROIDEnv(distribution="ood")`` (cube colours outside the training palette, target cube
+outside the training region); the dataset's ``generation`` parameters and every record say
+``"distribution": "ood"``.  The fidelity benchmark's splits (``docs/FIDELITY.md``)::
+
+    neuralsim data generate --episodes 60 --out data/simdroid_heldout --seed 1000000
+    neuralsim data generate --episodes 30 --out data/simdroid_ood --seed 2000000 --ood
+
 Re-running the same command resumes: episodes already in ``meta/episodes.jsonl`` are skipped, and
 asking for more episodes extends the dataset.  A directory generated with other parameters is
 refused (:class:`GenerationMismatchError`).  ``workers > 1`` runs one SimDROID env per process
@@ -45,7 +53,11 @@ log = logging.getLogger(__name__)
 #: Steps the generator keeps stepping after ``expert.done`` so the outcome settles on camera.
 SETTLE_STEPS = 5
 #: Parameters that define a dataset's episodes; a resume must match all of them.
-GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert")
+GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert",
+                   "distribution")
+#: Values of generation parameters that datasets written before the parameter existed implicitly used
+#: (such parameters are also left out of ``meta/info.json`` when they have this value).
+GENERATION_DEFAULTS = {"distribution": "train"}
 EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
 
 
@@ -122,7 +134,8 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     """Run and write one episode; returns its ``episodes.jsonl`` record (runs in a worker)."""
     from ..envs.experts import ScriptedExpert
 
-    env = _worker_env(params["image_size"])
+    distribution = params.get("distribution", "train")
+    env = _worker_env(params["image_size"], distribution)
     expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
     t0 = time.perf_counter()
     r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
@@ -130,6 +143,7 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     ep.metadata.update(seed=plan.seed, failure=plan.failure, noise=plan.noise)
     W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth)
     info = r.info
+    extra = {} if distribution == "train" else {"distribution": distribution}
     return W.episode_record(
         ep, plan.index, task=plan.family, family=plan.family, seed=plan.seed, success=bool(info["success"]),
         rubric_level=int(info["rubric_level"]), failure=plan.failure, noise=round(plan.noise, 6),
@@ -137,19 +151,21 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         target=info["target"], base=info["base"], grasped_object=info["grasped_object"],
         final_target_distance=round(float(info["target_distance"]), 4),
         initial_poses=_pose_summary(r.initial_info), final_poses=_pose_summary(info),
-        seconds=round(time.perf_counter() - t0, 3))
+        seconds=round(time.perf_counter() - t0, 3), **extra)
 
 
 _ENV = None
 
 
-def _worker_env(image_size: int):
+def _worker_env(image_size: int, distribution: str = "train"):
     """The process's SimDROID env (one per worker, created on first use)."""
     global _ENV
-    if _ENV is None or _ENV.image_size != image_size:
+    if _ENV is None or _ENV.image_size != image_size or _ENV.distribution != distribution:
         from ..envs.sim_droid import SimDROIDEnv
 
-        _ENV = SimDROIDEnv(image_size=image_size, reward_fn=None)
+        if _ENV is not None:
+            _ENV.close()
+        _ENV = SimDROIDEnv(image_size=image_size, reward_fn=None, distribution=distribution)
     return _ENV
 
 
@@ -218,7 +234,7 @@ def summarise(records: list[dict], out: str = "", new_episodes: int = 0, seconds
 # ----------------------------------------------------------------------------- main entry
 def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, failure_share: float = 0.3,
              noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
-             max_steps: int = 150, image_size: int = 64, progress: bool = True) -> GenerationSummary:
+             max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False) -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -232,6 +248,7 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         max_steps: step cap per episode (``SimDROID-v0`` uses 150).
         image_size: camera image side.
         progress: show a tqdm progress bar.
+        ood: generate in ``SimDROIDEnv(distribution="ood")`` (the out-of-distribution split).
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -252,6 +269,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
     params = {"seed": int(seed), "failure_share": float(failure_share), "noise": [lo, hi], "families": families,
               "max_steps": int(max_steps), "image_size": int(image_size), "settle_steps": SETTLE_STEPS,
               "expert": EXPERT_NAME}
+    if ood:
+        params["distribution"] = "ood"
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     with _exclusive(root):
@@ -284,7 +303,11 @@ def _prepare(root: Path, params: dict) -> list[dict]:
         W.write_info(root, W.new_info(params["image_size"], generation=params))
         return []
     old = info.get("generation") or {}
-    diff = {k: (old.get(k), params[k]) for k in GENERATION_KEYS if old.get(k) != params[k]}
+    diff = {}
+    for k in GENERATION_KEYS:
+        had, want = old.get(k, GENERATION_DEFAULTS.get(k)), params.get(k, GENERATION_DEFAULTS.get(k))
+        if had != want:
+            diff[k] = (had, want)
     if diff:
         lines = ", ".join(f"{k}: dataset has {a!r}, asked {b!r}" for k, (a, b) in diff.items())
         raise GenerationMismatchError(f"{str(root)!r} was generated with other parameters ({lines}); resume with "

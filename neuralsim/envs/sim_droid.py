@@ -13,6 +13,12 @@ the impedance controller is a computed-torque PD law ``tau = M(q) (kp (q_target 
 Task families (``TASK_FAMILIES``): put a cube in the bowl, push a cube onto the yellow pad, stack a
 cube on another.  Colours, object poses and which cube is the target come from the seed.
 
+Distributions (``distribution=``): ``"train"`` (default) draws cube colours from :data:`COLORS` and
+cube centres from :data:`CUBE_REGION`, the ranges the world model's dataset uses; ``"ood"`` draws
+colours from :data:`OOD_COLORS` (none of them in the training palette) and puts the target cube
+outside :data:`CUBE_REGION` (at least :data:`OOD_MARGIN` beyond it, within :data:`OOD_TARGET_REGION`),
+for the out-of-distribution fidelity split.
+
 Ground truth in ``info``: object poses, contacts, grasped object, success, and the RoboWorld rubric
 level of the episode so far: 5 success; 4 the target was touched or grasped but the goal is not
 reached; 2 the gripper came within a few centimetres of the target; 0 otherwise.
@@ -45,6 +51,25 @@ COLORS = {
     "pink": (1.00, 0.45, 0.70, 1.0),
     "cyan": (0.10, 0.80, 0.80, 1.0),
 }
+
+#: Cube colours of ``distribution="ood"``: none is in :data:`COLORS`, none is the bowl's blue, the pad's
+#: yellow or the table's brown.
+OOD_COLORS = {
+    "grey": (0.50, 0.50, 0.50, 1.0),
+    "olive": (0.50, 0.50, 0.10, 1.0),
+    "maroon": (0.45, 0.05, 0.12, 1.0),
+    "teal": (0.00, 0.45, 0.45, 1.0),
+    "lavender": (0.75, 0.62, 0.95, 1.0),
+}
+_ALL_COLORS = {**COLORS, **OOD_COLORS}
+
+DISTRIBUTIONS = ("train", "ood")
+#: Where cube centres are drawn in the training distribution: ((x low, x high), (y low, y high)) [m].
+CUBE_REGION = ((0.42, 0.64), (-0.22, 0.22))
+#: ``distribution="ood"``: the target cube's centre lies in this box but outside ``CUBE_REGION``
+#: grown by ``OOD_MARGIN`` (reachable by the arm and seen by both exterior cameras).
+OOD_TARGET_REGION = ((0.32, 0.72), (-0.30, 0.30))
+OOD_MARGIN = 0.02
 
 #: Joint step realised per 1/15 s per unit of normalised velocity command, for a steady command.
 #: Real DROID (least squares of observed joint step on ``action.joint_velocity`` over the 11 episodes
@@ -139,20 +164,23 @@ class SimDROIDEnv(gym.Env):
     action_mode: ``"joint_velocity"`` (DROID default) or ``"joint_position"``.
     task: a family of ``TASK_FAMILIES`` or None to draw one from the seed on every reset
         (``reset(options={"task": ...})`` overrides it for one episode).
+    distribution: ``"train"`` (colours and cube positions of the training data) or ``"ood"`` (colours
+        from ``OOD_COLORS``, target cube outside ``CUBE_REGION``); see the module docstring.
     terminate_on_success: end the episode (``terminated``) as soon as the task succeeds.
     reward_fn: ``"ground_truth"``, a reward-function name for :func:`neuralsim.rewards.make_reward_fn`
         (e.g. ``"roboworld:offline"``), a callable ``fn(Episode)``, or None (always 0).
     max_episode_steps: horizon used for ``truncated`` (``gym.make`` also wraps with TimeLimit).
 
     ## Version History
-    v0: first release.
+    v0: first release (``distribution="ood"`` added later; the default layouts are unchanged).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
 
     def __init__(self, render_mode: str | None = None, image_size: int = 64, action_mode: str = "joint_velocity",
                  task: str | None = None, terminate_on_success: bool = False,
-                 reward_fn: str | Callable | None = "ground_truth", max_episode_steps: int | None = None):
+                 reward_fn: str | Callable | None = "ground_truth", max_episode_steps: int | None = None,
+                 distribution: str = "train"):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         if action_mode not in ACTION_MODES:
@@ -161,6 +189,9 @@ class SimDROIDEnv(gym.Env):
             raise ValueError(f"task must be one of {TASK_FAMILIES} or None, got {task!r}")
         if not 16 <= int(image_size) <= 256:
             raise ValueError(f"image_size must be in [16, 256], got {image_size}")
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
+        self.distribution = distribution
         self.render_mode, self.image_size, self.action_mode = render_mode, int(image_size), action_mode
         self.task_family, self.terminate_on_success = task, terminate_on_success
         self.max_episode_steps = max_episode_steps
@@ -314,7 +345,8 @@ class SimDROIDEnv(gym.Env):
         family = family or self.task_family or TASK_FAMILIES[int(rng.integers(len(TASK_FAMILIES)))]
         if family not in TASK_FAMILIES:
             raise ValueError(f"options['task'] must be one of {TASK_FAMILIES}, got {family!r}")
-        colors = tuple(rng.choice(list(COLORS), size=S.NUM_CUBES, replace=False).tolist())
+        palette = COLORS if self.distribution == "train" else OOD_COLORS
+        colors = tuple(rng.choice(list(palette), size=S.NUM_CUBES, replace=False).tolist())
         return TaskSpec(family, colors, target=0, base=1 if family == "stack" else None)
 
     def _place_objects(self, rng: np.random.Generator) -> None:
@@ -333,7 +365,7 @@ class SimDROIDEnv(gym.Env):
         placed: list[np.ndarray] = []
         for i in range(S.NUM_CUBES):
             for _ in range(2000):
-                xy = np.array([rng.uniform(0.42, 0.64), rng.uniform(-0.22, 0.22)])
+                xy = self._draw_cube_xy(rng, i)
                 ok = all(np.linalg.norm(xy - p) > 0.10 for p in placed) and \
                     np.max(np.abs(xy - bowl[:2])) > S.BOWL_HALF + 0.07 and \
                     np.max(np.abs(xy - pad[:2])) > S.PAD_HALF + 0.04
@@ -354,6 +386,16 @@ class SimDROIDEnv(gym.Env):
             d.qpos[adr:adr + 3] = [xy[0], xy[1], S.TABLE_HEIGHT + S.CUBE_SIZE / 2]
             d.qpos[adr + 3:adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
 
+    def _draw_cube_xy(self, rng: np.random.Generator, i: int) -> np.ndarray:
+        """A candidate centre for cube ``i``: in ``CUBE_REGION``, or outside it for the OOD target cube."""
+        if self.distribution == "ood" and i == self.spec_task.target:
+            (x0, x1), (y0, y1) = CUBE_REGION
+            while True:
+                xy = np.array([rng.uniform(*OOD_TARGET_REGION[0]), rng.uniform(*OOD_TARGET_REGION[1])])
+                if not (x0 - OOD_MARGIN <= xy[0] <= x1 + OOD_MARGIN and y0 - OOD_MARGIN <= xy[1] <= y1 + OOD_MARGIN):
+                    return xy
+        return np.array([rng.uniform(*CUBE_REGION[0]), rng.uniform(*CUBE_REGION[1])])
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         import mujoco
 
@@ -371,7 +413,7 @@ class SimDROIDEnv(gym.Env):
                 raise ValueError(f"options['joint_position'] must be 7 finite numbers, got {q0!r}")
             self.data.qpos[self.h.arm_qpos] = np.clip(q0, K.JOINT_LIMITS_LOW, K.JOINT_LIMITS_HIGH)
         for i, c in enumerate(self.spec_task.colors):
-            self.model.geom_rgba[self.h.cube_geom[i]] = COLORS[c]
+            self.model.geom_rgba[self.h.cube_geom[i]] = _ALL_COLORS[c]
         self._place_objects(rng)
         self._target = self._joint_position()
         self.data.ctrl[:] = S.FINGER_OPEN
@@ -476,7 +518,8 @@ class SimDROIDEnv(gym.Env):
             actions=np.stack(rec["actions"]) if rec["actions"] else np.zeros((0, 8), np.float32),
             instruction=t.instruction,
             fps=K.CONTROL_HZ,
-            metadata={"source": "SimDROID-v0", "task": t.family, "colors": list(t.colors)},
+            metadata={"source": "SimDROID-v0", "task": t.family, "colors": list(t.colors),
+                      "distribution": self.distribution},
         )
 
     def render(self):

@@ -10,7 +10,8 @@ from gymnasium.utils.env_checker import check_env
 import neuralsim  # noqa: F401  (registers the environments)
 from neuralsim import kinematics as K
 from neuralsim.envs.experts import FAILURE_MODES, ScriptedExpert, run_expert_episode
-from neuralsim.envs.sim_droid import REALISED_STEP_PER_V, TASK_FAMILIES, SimDROIDEnv
+from neuralsim.envs.sim_droid import (COLORS, CUBE_REGION, OOD_COLORS, OOD_MARGIN, OOD_TARGET_REGION,
+                                      REALISED_STEP_PER_V, TASK_FAMILIES, SimDROIDEnv)
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +187,33 @@ def test_expert_rejects_bad_arguments(env):
     with pytest.raises(TypeError):
         ScriptedExpert(object())
     assert len(FAILURE_MODES) == 6
+
+
+def test_ood_distribution_leaves_the_training_palette_and_region():
+    """``distribution="ood"``: unseen colours, target cube outside the training region, still seeded."""
+    assert not set(OOD_COLORS) & set(COLORS)
+    (x0, x1), (y0, y1) = CUBE_REGION
+    e = SimDROIDEnv(distribution="ood")
+    layouts = []
+    for seed in range(6):
+        obs, info = e.reset(seed=seed)
+        colors = e.spec_task.colors
+        assert set(colors) <= set(OOD_COLORS) and info["target"].removesuffix("_cube") in OOD_COLORS
+        xy = info["object_poses"][info["target"]][:2]
+        inside = x0 - OOD_MARGIN <= xy[0] <= x1 + OOD_MARGIN and y0 - OOD_MARGIN <= xy[1] <= y1 + OOD_MARGIN
+        assert not inside, (seed, xy)
+        assert OOD_TARGET_REGION[0][0] <= xy[0] <= OOD_TARGET_REGION[0][1]
+        assert OOD_TARGET_REGION[1][0] <= xy[1] <= OOD_TARGET_REGION[1][1]
+        layouts.append((info["instruction"], xy.copy(), obs["exterior_image_1_left"]))
+    obs, info = e.reset(seed=0)  # deterministic per seed
+    assert info["instruction"] == layouts[0][0]
+    np.testing.assert_array_equal(obs["exterior_image_1_left"], layouts[0][2])
+    assert e.episode().metadata["distribution"] == "ood"
+    e.close()
+    # the training distribution of the same seed is another scene
+    t = SimDROIDEnv()
+    _, info_t = t.reset(seed=0)
+    assert info_t["instruction"] != layouts[0][0] and set(t.spec_task.colors) <= set(COLORS)
+    t.close()
+    with pytest.raises(ValueError, match="distribution"):
+        SimDROIDEnv(distribution="weird")

@@ -1,0 +1,472 @@
+"""Open-loop fidelity of a world model against SimDROID: PSNR / SSIM per view and object position error.
+
+Usage::
+
+    python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --quick
+    python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --ood-data data/simdroid_ood
+    python -m benchmarks.fidelity --compare runs/df/model runs/sf/model --data data/simdroid_heldout
+    python -m benchmarks.object_probe                    # (re)train the object-position probe only
+
+Protocol (``docs/FIDELITY.md`` has the reasoning and the results table):
+
+* **Open loop, exactly what users get.**  Each held-out SimDROID episode becomes an
+  :class:`~neuralsim.envs.episodes.EpisodeSpec` (its first three views, joint and gripper state,
+  instruction) and ``NeuralDROIDVectorEnv(checkpoint=..., reward_fn=None)`` replays the episode's
+  recorded actions from it: the env's action adapter integrates them and feeds the flange pose +
+  gripper (forward kinematics) to the world model, as in any policy rollout.  Env row ``i`` is reset
+  with seed ``--seed + episode_index``, so results do not depend on the batch size (up to float
+  rounding of batched products).
+* **Frame metrics** on uint8 frames at the model's resolution (ground truth is resized with the
+  same filter the env applies to an episode spec): PSNR (capped at :data:`PSNR_CAP_DB`, which
+  identical frames reach) and SSIM (``pytorch_msssim.ssim``: Gaussian window 11, sigma 1.5, on
+  [0, 1] frames, as the RoboWorld paper's BAIR protocol).  Frame 0 is given, not generated, and is
+  excluded.  Windows: **in-horizon** = frames 1 .. clip_length (the training clip length), **beyond**
+  = clip_length + 1 .. 2 clip_length.  Per view, every (episode, frame) of a window weighs the same;
+  ``mean`` is the mean of the three views.
+* **Object position** at the end of the episode: a small CNN probe (:mod:`benchmarks.object_probe`,
+  trained on SimDROID renders of both distributions with ground-truth cube positions, seeds never
+  used by the splits) finds the target cube (given its colour) in each exterior view; the two image
+  points are triangulated through the known cameras.  Error = table-xy distance between the probe's
+  answer on the generated last frame and the simulator's final position (``final_poses`` of the
+  episode record); the probe's own error on the true last frames is reported beside it as the
+  measurement floor.
+
+``--quick`` evaluates :data:`QUICK_EPISODES` held-out episodes (and :data:`QUICK_OOD_EPISODES` of
+``--ood-data``) and never trains the probe (without a saved probe the position columns are empty).
+JSON goes to ``benchmarks/results/fidelity.json`` (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from neuralsim.episode import VIEW_NAMES
+
+log = logging.getLogger(__name__)
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DEFAULT_OUT = RESULTS_DIR / "fidelity.json"
+#: Where the object probe is saved (``probe.safetensors`` + ``probe.json``, ~70 KB).
+DEFAULT_PROBE_DIR = RESULTS_DIR / "fidelity_probe"
+#: PSNR of identical frames (MSE 0) and the most any frame can score [dB].
+PSNR_CAP_DB = 100.0
+#: Position error counted as "right": the cube's edge length [m].
+POSITION_TOLERANCE_M = 0.05
+QUICK_EPISODES = 4
+QUICK_OOD_EPISODES = 2
+#: Issue 4's targets on the held-out split (per-view mean, 64x64 views); the OOD split has none.
+TARGETS = {"ssim_in_horizon": 0.85, "ssim_beyond": 0.80, "psnr_in_horizon": 25.0, "share_below_5cm": 0.80}
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def psnr_frames(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PSNR [dB] of uint8 images (..., H, W, 3) on [0, 1], one value per image, capped at PSNR_CAP_DB."""
+    x = a.astype(np.float64) / 255.0
+    y = b.astype(np.float64) / 255.0
+    mse = ((x - y) ** 2).mean(axis=(-3, -2, -1))
+    floor = 10.0 ** (-PSNR_CAP_DB / 10.0)
+    return np.minimum(10.0 * np.log10(1.0 / np.maximum(mse, floor)), PSNR_CAP_DB)
+
+
+def ssim_frames(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """SSIM of uint8 images (..., H, W, 3) on [0, 1] (``pytorch_msssim.ssim`` defaults), one per image."""
+    try:
+        from pytorch_msssim import ssim
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("the fidelity benchmark needs pytorch-msssim: pip install 'neuralsim[metrics]'") from e
+    import torch
+
+    lead = a.shape[:-3]
+    h, w = a.shape[-3:-1]
+
+    def prep(x):
+        return torch.from_numpy(np.ascontiguousarray(x.reshape(-1, h, w, 3))).permute(0, 3, 1, 2).double() / 255.0
+
+    with torch.no_grad():
+        out = ssim(prep(a), prep(b), data_range=1.0, size_average=False)
+    return out.numpy().reshape(lead)
+
+
+@dataclass
+class Windows:
+    """Frame windows of the protocol, from the training clip length H."""
+
+    clip_length: int
+
+    @property
+    def in_horizon(self) -> range:
+        return range(1, self.clip_length + 1)
+
+    @property
+    def beyond(self) -> range:
+        return range(self.clip_length + 1, 2 * self.clip_length + 1)
+
+    def items(self):
+        return (("in_horizon", self.in_horizon), ("beyond", self.beyond))
+
+
+def frame_metrics(generated: list[np.ndarray], truth: list[np.ndarray], windows: Windows) -> dict[str, Any]:
+    """PSNR / SSIM / MSE per window and view, plus per-frame curves, over episodes of (T, V, S, S, 3) frames."""
+    last = 2 * windows.clip_length
+    per = {"psnr": [], "ssim": [], "mse": []}  # each: list over episodes of (T', V)
+    for g, y in zip(generated, truth, strict=True):
+        n = min(len(g), len(y), last + 1)
+        g, y = g[1:n], y[1:n]
+        per["psnr"].append(psnr_frames(g, y))
+        per["ssim"].append(ssim_frames(g, y))
+        diff = (g.astype(np.float64) - y.astype(np.float64)) / 255.0
+        per["mse"].append((diff**2).mean(axis=(-3, -2, -1)))
+    out: dict[str, Any] = {}
+    for name, values in per.items():
+        out[name] = {}
+        for wname, frames in windows.items():
+            rows = [v[[t - 1 for t in frames if t - 1 < len(v)]] for v in values]
+            rows = [r for r in rows if len(r)]
+            if not rows:
+                out[name][wname] = None
+                continue
+            stacked = np.concatenate(rows)  # (frames over episodes, V)
+            by_view = {view: float(stacked[:, i].mean()) for i, view in enumerate(VIEW_NAMES)}
+            by_view["mean"] = float(np.mean(list(by_view.values())))
+            by_view["frames"] = int(len(stacked))
+            out[name][wname] = by_view
+        # per-frame curve (mean over episodes and views), frames 1 .. 2H
+        curve = []
+        for t in range(1, last + 1):
+            vals = [v[t - 1].mean() for v in values if t - 1 < len(v)]
+            curve.append(float(np.mean(vals)) if vals else None)
+        out[name]["per_frame"] = curve
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- data
+@dataclass
+class EvalEpisode:
+    """One held-out episode at the model's resolution."""
+
+    index: int
+    record: dict
+    frames: np.ndarray  # (T, V, S, S, 3) uint8, VIEW_NAMES order
+    actions: np.ndarray  # (T, 8): action after frame t (last row: hold)
+    spec: Any  # neuralsim.envs.episodes.EpisodeSpec of frame 0
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    @property
+    def target_rgb(self) -> np.ndarray:
+        from .object_probe import colour_rgb
+
+        return colour_rgb(self.record["target"])
+
+    @property
+    def target_final_xy(self) -> np.ndarray:
+        return np.asarray(self.record["final_poses"][self.record["target"]][:2], np.float64)
+
+
+def load_split(root: str | Path, image_size: int, max_episodes: int | None = None) -> list[EvalEpisode]:
+    """Decode the first ``max_episodes`` episodes of a SimDROID dataset, resized to ``image_size``."""
+    from neuralsim.data.reader import list_episodes, load_episode
+    from neuralsim.envs.episodes import EpisodeSpec, resize_image
+
+    records = list_episodes(root)
+    if not records:
+        raise FileNotFoundError(f"{str(root)!r} holds no finished episodes; generate it first (docs/FIDELITY.md)")
+    missing = [k for k in ("target", "final_poses", "seed") if k not in records[0]]
+    if missing:
+        raise ValueError(f"{str(root)!r} records lack {missing}: not written by `neuralsim data generate`")
+    out = []
+    for rec in records[:max_episodes]:
+        ep = load_episode(root, rec)
+        frames = ep.frames
+        if frames.shape[2] != image_size:
+            frames = np.stack([[resize_image(f, image_size) for f in step] for step in frames])
+        name = f"{rec.get('task', 'episode')}_{rec['seed']}"
+        spec = EpisodeSpec(name=name, views={v: frames[0, i] for i, v in enumerate(VIEW_NAMES)},
+                           joint_position=ep.joint_position[0], gripper_position=ep.gripper_position[0],
+                           instruction=rec.get("instruction", ""),
+                           metadata={"source": str(root), "episode_index": int(rec["episode_index"]),
+                                     "seed": int(rec["seed"])})
+        out.append(EvalEpisode(int(rec["episode_index"]), rec, frames, ep.actions, spec))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- generation
+def open_loop(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, batch_size: int = 8,
+              context_window: int | None = None, denoising_steps: int | None = None,
+              progress: bool = False) -> list[np.ndarray]:
+    """Replay each episode's recorded actions in ``NeuralDROIDVectorEnv`` from its first frame.
+
+    Returns one uint8 (T, V, S, S, 3) array per episode, frame 0 being the given first frame.
+    Rows whose episode is shorter than the batch's longest keep stepping with the hold action; their
+    extra frames are dropped.  Every env gets the whole list as its episode set, so an episode's
+    world-model noise depends on ``seed + index`` and the list's length, not on the batching.
+    """
+    from tqdm import tqdm
+
+    from neuralsim.envs.neural_droid import NeuralDROIDVectorEnv
+
+    out: list[np.ndarray] = []
+    specs = [e.spec for e in episodes]
+    total = sum(len(e) - 1 for e in episodes)
+    bar = tqdm(total=total, disable=not progress, desc="generating", unit="frame")
+    for start in range(0, len(episodes), batch_size):
+        chunk = list(episodes[start:start + batch_size])
+        env = NeuralDROIDVectorEnv(num_envs=len(chunk), checkpoint=wm, reward_fn=None, max_episode_steps=None,
+                                   context_window=context_window, denoising_steps=denoising_steps, episodes=specs)
+        obs, _ = env.reset(seed=[seed + e.index for e in chunk], options={"episode": [e.spec.name for e in chunk]})
+        length = max(len(e) for e in chunk)
+        frames = np.zeros((len(chunk), length, len(VIEW_NAMES), *obs[VIEW_NAMES[0]].shape[1:]), np.uint8)
+        frames[:, 0] = np.stack([obs[v] for v in VIEW_NAMES], axis=1)
+        for t in range(length - 1):
+            actions = np.stack([e.actions[min(t, len(e) - 1)] for e in chunk])
+            obs, *_ = env.step(actions)
+            frames[:, t + 1] = np.stack([obs[v] for v in VIEW_NAMES], axis=1)
+            bar.update(sum(t < len(e) - 1 for e in chunk))
+        env.close()
+        out += [frames[i, :len(e)] for i, e in enumerate(chunk)]
+    bar.close()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- position
+def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[np.ndarray]) -> dict[str, Any]:
+    """End-of-episode table-xy error of the target cube in generated and in true last frames, vs the simulator."""
+    from .object_probe import EXTERIOR_VIEWS, locate
+
+    ext = [VIEW_NAMES.index(v) for v in EXTERIOR_VIEWS]
+    truth_xy = np.stack([e.target_final_xy for e in episodes])
+    rgb = np.stack([e.target_rgb for e in episodes])
+    gen_xy = locate(probe, np.stack([g[-1][ext] for g in generated]), rgb)[:, :2]
+    true_xy = locate(probe, np.stack([e.frames[-1][ext] for e in episodes]), rgb)[:, :2]
+    err = np.linalg.norm(gen_xy - truth_xy, axis=1)
+    floor = np.linalg.norm(true_xy - truth_xy, axis=1)
+    return {
+        "episodes": len(episodes),
+        "end_error_m_mean": float(err.mean()),
+        "end_error_m_median": float(np.median(err)),
+        "share_below_5cm": float((err < POSITION_TOLERANCE_M).mean()),
+        "probe_on_true_frames_error_m_mean": float(floor.mean()),
+        "probe_on_true_frames_share_below_5cm": float((floor < POSITION_TOLERANCE_M).mean()),
+        "per_episode_error_m": [round(float(x), 4) for x in err],
+    }
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+@dataclass
+class Config:
+    """Options of ``python -m benchmarks.fidelity``."""
+
+    checkpoints: list[str] = field(default_factory=list)
+    """World-model directories (``--checkpoint`` or ``--compare``)."""
+    data: str = "data/simdroid_heldout"
+    ood_data: str | None = None
+    quick: bool = False
+    max_episodes: int | None = None
+    """Episodes per split, the first ones (None: all; --quick: QUICK_EPISODES / QUICK_OOD_EPISODES)."""
+    seed: int = 0
+    batch_size: int = 8
+    context_window: int | None = None
+    denoising_steps: int | None = None
+    probe: str | None = str(DEFAULT_PROBE_DIR)
+    """Probe directory (built there on first use unless --quick); None skips the position metric."""
+    threads: int | None = None
+    out: str = str(DEFAULT_OUT)
+    progress: bool = True
+
+
+def checkpoint_label(path: str) -> str:
+    """``runs/sf/model`` -> ``sf``; other paths keep their last component."""
+    p = Path(path)
+    return p.parent.name if p.name == "model" and p.parent.name else p.name
+
+
+def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    generated = open_loop(wm, episodes, seed=cfg.seed, batch_size=cfg.batch_size, context_window=cfg.context_window,
+                          denoising_steps=cfg.denoising_steps, progress=cfg.progress)
+    t_gen = time.perf_counter() - t0
+    windows = Windows(wm.config.clip_length)
+    res: dict[str, Any] = {"episodes": len(episodes), "frames_generated": int(sum(len(g) - 1 for g in generated)),
+                           "generation_seconds": round(t_gen, 2)}
+    res.update(frame_metrics(generated, [e.frames for e in episodes], windows))
+    res["position"] = position_errors(probe, episodes, generated) if probe is not None else None
+    return res
+
+
+def check_targets(split: dict[str, Any]) -> dict[str, bool | None]:
+    def get(metric, window):
+        w = split.get(metric, {}).get(window)
+        return None if w is None else w["mean"]
+
+    ssim_in, ssim_out, psnr_in = get("ssim", "in_horizon"), get("ssim", "beyond"), get("psnr", "in_horizon")
+    share = (split.get("position") or {}).get("share_below_5cm")
+    ok = lambda v, t: None if v is None else bool(v >= t)  # noqa: E731
+    return {"ssim_in_horizon": ok(ssim_in, TARGETS["ssim_in_horizon"]), "ssim_beyond": ok(ssim_out, TARGETS["ssim_beyond"]),
+            "psnr_in_horizon": ok(psnr_in, TARGETS["psnr_in_horizon"]),
+            "share_below_5cm": ok(share, TARGETS["share_below_5cm"])}
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Evaluate every checkpoint on the held-out (and OOD) split; write and return the JSON report."""
+    import torch
+
+    from neuralsim.envs.neural_droid import load_world_model
+
+    if not cfg.checkpoints:
+        raise ValueError("give a world model: --checkpoint DIR or --compare DIR DIR ...")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    n_held = cfg.max_episodes if cfg.max_episodes is not None else (QUICK_EPISODES if cfg.quick else None)
+    n_ood = cfg.max_episodes if cfg.max_episodes is not None else (QUICK_OOD_EPISODES if cfg.quick else None)
+    probe = None
+    if cfg.probe:
+        from . import object_probe
+
+        if (Path(cfg.probe) / "probe.json").is_file():
+            probe = object_probe.load(cfg.probe)
+        elif cfg.quick:
+            log.warning("no object probe at %s: --quick skips the position metric (build it with "
+                        "`python -m benchmarks.object_probe --out %s`)", cfg.probe, cfg.probe)
+        else:
+            log.info("building the object probe at %s (once; ~25 minutes on a busy 2-core CPU)", cfg.probe)
+            probe, _ = object_probe.build(cfg.probe, progress=cfg.progress)
+    splits_data: dict[str, dict[int, list[EvalEpisode]]] = {}
+    results = []
+    for ckpt in cfg.checkpoints:
+        wm = load_world_model(ckpt)
+        size = wm.config.autoencoder.image_size
+        entry: dict[str, Any] = {"checkpoint": str(ckpt), "label": checkpoint_label(ckpt),
+                                 "recipe": wm.config.recipe, "image_size": size,
+                                 "clip_length": wm.config.clip_length, "splits": {}}
+        for split, root, n in (("heldout", cfg.data, n_held), ("ood", cfg.ood_data, n_ood)):
+            if root is None:
+                continue
+            cache = splits_data.setdefault(split, {})
+            if size not in cache:
+                cache[size] = load_split(root, size, n)
+            log.info("%s: %s split, %d episodes", ckpt, split, len(cache[size]))
+            res = evaluate_split(wm, cache[size], cfg, probe)
+            if split == "heldout":
+                res["targets_met"] = check_targets(res)
+            entry["splits"][split] = res
+        results.append(entry)
+    report = {
+        "benchmark": "fidelity",
+        "protocol": {
+            "windows": "in_horizon = frames 1..H, beyond = H+1..2H (H = the model's clip_length); frame 0 is given",
+            "psnr_cap_db": PSNR_CAP_DB, "ssim": "pytorch_msssim.ssim, gaussian window 11, sigma 1.5, [0, 1] frames",
+            "position": "ObjectProbe xy of the target cube in the last frame vs the simulator's final pose",
+            "position_tolerance_m": POSITION_TOLERANCE_M, "targets": TARGETS,
+            "data": cfg.data, "ood_data": cfg.ood_data, "seed": cfg.seed, "quick": cfg.quick,
+            "context_window": cfg.context_window, "denoising_steps": cfg.denoising_steps,
+            "probe": cfg.probe if probe is not None else None,
+            "probe_report": getattr(probe, "report", None),
+        },
+        "results": results,
+        "seconds": round(time.perf_counter() - t_start, 1),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "torch": torch.__version__, "threads": torch.get_num_threads()},
+    }
+    out = Path(cfg.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, allow_nan=False, default=_json_default) + "\n")
+    return report
+
+
+def _json_default(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------- report
+def _fmt(v, width: int, decimals: int, scale: float = 1.0, unit: str = "") -> str:
+    """``v * scale`` right-aligned in ``width`` characters (unit included), or ``-`` when missing."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return f"{'-':>{width}}"
+    return f"{f'{v * scale:.{decimals}f}{unit}':>{width}}"
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The headline table: one row per (checkpoint, split), then per-view detail."""
+    head = (f"{'model':<14}{'split':<9}{'eps':>4}  {'PSNR in':>8}{'PSNR 2x':>8}  {'SSIM in':>8}{'SSIM 2x':>8}"
+            f"  {'pos err':>8}{'<5cm':>6}  {'probe floor':>11}")
+    lines = [head, "-" * len(head)]
+    detail = []
+    for entry in report["results"]:
+        for split, r in entry["splits"].items():
+            pos = r.get("position") or {}
+            floor = pos.get("probe_on_true_frames_error_m_mean")
+            get = lambda m, w: (r[m][w] or {}).get("mean")  # noqa: E731
+            lines.append(
+                f"{entry['label'][:13]:<14}{split:<9}{r['episodes']:>4}  {_fmt(get('psnr', 'in_horizon'), 8, 2)}"
+                f"{_fmt(get('psnr', 'beyond'), 8, 2)}  {_fmt(get('ssim', 'in_horizon'), 8, 4)}"
+                f"{_fmt(get('ssim', 'beyond'), 8, 4)}  {_fmt(pos.get('end_error_m_mean'), 8, 1, 100, 'cm')}"
+                f"{_fmt(pos.get('share_below_5cm'), 6, 0, 100, '%')}  {_fmt(floor, 11, 1, 100, 'cm')}")
+            for metric in ("psnr", "ssim"):
+                for w in ("in_horizon", "beyond"):
+                    vals = r[metric][w]
+                    if vals:
+                        views = "  ".join(f"{v.replace('_left', '')} {vals[v]:.4g}" for v in VIEW_NAMES)
+                        detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {views}")
+            if "targets_met" in r:
+                t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
+                detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")
+    return "\n".join(lines + ["", "per view:"] + detail)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = Config()
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="protocol and results: docs/FIDELITY.md")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--checkpoint", help="world-model directory (config.json + model.safetensors)")
+    who.add_argument("--compare", nargs="+", metavar="DIR", help="several world models into one table")
+    p.add_argument("--data", default=d.data, help="held-out SimDROID split (default %(default)s)")
+    p.add_argument("--ood-data", dest="ood_data", default=None, help="out-of-distribution split, reported separately")
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_EPISODES} held-out / {QUICK_OOD_EPISODES} OOD episodes, "
+                                                        "never trains the probe (< 60 s)")
+    p.add_argument("--max-episodes", dest="max_episodes", type=int, default=None, help="episodes per split")
+    p.add_argument("--seed", type=int, default=d.seed, help="world-model noise: episode i uses seed + i")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="episodes generated at once")
+    p.add_argument("--window", dest="context_window", type=int, default=None, help="KV window (default: the model's)")
+    p.add_argument("--denoising-steps", dest="denoising_steps", type=int, default=None,
+                   help="denoising passes per frame (default: the model's S)")
+    p.add_argument("--probe", default=d.probe, help="object-probe directory (default %(default)s)")
+    p.add_argument("--no-probe", dest="probe", action="store_const", const=None, help="skip the position metric")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--out", default=d.out, help="JSON report (default %(default)s)")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    checkpoints = args.compare or ([args.checkpoint] if args.checkpoint else [])
+    if not checkpoints:
+        parser.error("give --checkpoint DIR or --compare DIR DIR ...")
+    fields = {k: getattr(args, k) for k in Config.__dataclass_fields__ if k != "checkpoints"}
+    report = run(Config(checkpoints=checkpoints, **fields))
+    print(format_table(report))
+    print(f"\n{report['seconds']:.1f} s; JSON: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""benchmarks.fidelity (and its object probe) on a tiny random world model (16x16 views) and 2 + 1 episode
+SimDROID splits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pytorch_msssim")
+
+from benchmarks import fidelity as F  # noqa: E402
+from benchmarks import object_probe as P  # noqa: E402
+from neuralsim.data.generate import generate  # noqa: E402
+from neuralsim.data.reader import list_episodes  # noqa: E402
+from neuralsim.episode import VIEW_NAMES  # noqa: E402
+from neuralsim.world_model.config import preset  # noqa: E402
+from neuralsim.world_model.model import WorldModel  # noqa: E402
+
+STEPS = 14  # frames per episode - 1: covers tiny's in-horizon (1..6) and beyond (7..12) windows
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A tiny world model with randomised DiT weights (AdaLN-Zero init would generate constant frames)."""
+    torch.manual_seed(0)
+    wm = WorldModel(preset("tiny"))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in wm.dit.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return wm.save_pretrained(tmp_path_factory.mktemp("tiny_world_model"))
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("fidelity_data")
+    generate(root / "heldout", 2, seed=1_000_000, max_steps=STEPS, progress=False)
+    generate(root / "ood", 1, seed=2_000_000, max_steps=STEPS, progress=False, ood=True)
+    return {"heldout": root / "heldout", "ood": root / "ood"}
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory) -> Path:
+    samples = P.collect_samples(2, max_steps=8, stride=4, progress=False)
+    assert samples["views"].shape[1:] == (2, 64, 64, 3) and samples["xyz"].shape[1:] == (3, 3)
+    probe, report = P.train(samples, steps=3, batch_size=4, progress=False)
+    assert "val_xy_error_m_mean" in report
+    return P.save(probe, tmp_path_factory.mktemp("probe"), report)
+
+
+def test_identical_frames_score_perfectly():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (5, 3, 16, 16, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(F.psnr_frames(a, a), F.PSNR_CAP_DB)
+    np.testing.assert_allclose(F.ssim_frames(a, a), 1.0, atol=1e-6)
+    b = a.copy()
+    b[..., 0] = 255 - b[..., 0]
+    assert (F.psnr_frames(a, b) < 20).all() and (F.ssim_frames(a, b) < 0.9).all()
+    assert F.psnr_frames(a, b).shape == F.ssim_frames(a, b).shape == (5, 3)
+    # a uniform error of 10/255 is 20 log10(255/10) dB
+    c = np.full((16, 16, 3), 100, np.uint8)
+    np.testing.assert_allclose(F.psnr_frames(c, c + 10), 20 * np.log10(25.5), rtol=1e-9)
+    episodes = [a, a[:3]]
+    m = F.frame_metrics(episodes, episodes, F.Windows(clip_length=2))
+    assert m["psnr"]["in_horizon"]["mean"] == F.PSNR_CAP_DB and m["ssim"]["in_horizon"]["mean"] == pytest.approx(1.0)
+    assert m["psnr"]["in_horizon"]["frames"] == 4 and m["psnr"]["beyond"]["frames"] == 2  # frame 0 excluded
+    assert m["mse"]["beyond"]["mean"] == 0.0 and len(m["ssim"]["per_frame"]) == 4
+
+
+def test_windows_follow_the_clip_length():
+    w = F.Windows(16)
+    assert list(w.in_horizon) == list(range(1, 17)) and list(w.beyond) == list(range(17, 33))
+
+
+def test_open_loop_starts_from_the_episode_and_is_seeded(tiny_checkpoint, splits):
+    from neuralsim.envs.neural_droid import load_world_model
+
+    wm = load_world_model(tiny_checkpoint)
+    eps = F.load_split(splits["heldout"], wm.config.autoencoder.image_size)
+    assert len(eps) == 2 and eps[0].frames.shape[1:] == (3, 16, 16, 3)
+    assert [len(e) for e in eps] == [r["length"] for r in list_episodes(splits["heldout"])]
+    batched = F.open_loop(wm, eps, seed=3, batch_size=2)
+    single = F.open_loop(wm, eps, seed=3, batch_size=1)
+    for g, e in zip(batched, eps):
+        assert g.shape == e.frames.shape and g.dtype == np.uint8
+        np.testing.assert_array_equal(g[0], e.frames[0])  # frame 0 is the given first frame
+    # the batching does not change the frames (each row's noise comes from seed + episode index)
+    for g, s in zip(batched, single):
+        assert F.psnr_frames(g, s).min() > 40
+
+
+def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp_path):
+    out = tmp_path / "fidelity.json"
+    cfg = F.Config(checkpoints=[str(tiny_checkpoint)], data=str(splits["heldout"]), ood_data=str(splits["ood"]),
+                   quick=True, probe=str(probe_dir), out=str(out), progress=False)
+    report = F.run(cfg)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    (entry,) = report["results"]
+    assert entry["clip_length"] == 6 and set(entry["splits"]) == {"heldout", "ood"}
+    held = entry["splits"]["heldout"]
+    assert held["episodes"] == 2 and entry["splits"]["ood"]["episodes"] == 1
+    for metric in ("psnr", "ssim", "mse"):
+        for window in ("in_horizon", "beyond"):
+            vals = held[metric][window]
+            assert set(VIEW_NAMES) | {"mean", "frames"} == set(vals)
+            assert vals["frames"] == 2 * 6
+    assert -1.0 <= held["ssim"]["in_horizon"]["mean"] < 0.99  # random weights: far from the truth
+    pos = held["position"]
+    assert pos["episodes"] == 2 and 0.0 <= pos["share_below_5cm"] <= 1.0 and pos["end_error_m_mean"] >= 0.0
+    assert set(held["targets_met"]) == set(F.TARGETS) and "targets_met" not in entry["splits"]["ood"]
+    table = F.format_table(report)
+    assert entry["label"] in table and "heldout" in table and "ood" in table
+
+
+def test_compare_mode_makes_one_table(tiny_checkpoint, splits, tmp_path, capsys):
+    other = WorldModel.from_pretrained(tiny_checkpoint)
+    with torch.no_grad():
+        for p in other.dit.parameters():
+            p.mul_(0.5)
+    other_dir = other.save_pretrained(tmp_path / "half" / "model")
+    out = tmp_path / "compare.json"
+    assert F.main(["--compare", str(tiny_checkpoint), str(other_dir), "--data", str(splits["heldout"]), "--quick",
+                   "--no-probe", "--out", str(out), "--no-progress"]) == 0
+    report = json.loads(out.read_text())
+    assert [r["label"] for r in report["results"]] == [Path(tiny_checkpoint).name, "half"]
+    assert all(r["splits"]["heldout"]["position"] is None for r in report["results"])
+    printed = capsys.readouterr().out
+    assert "half" in printed and "PSNR in" in printed
+
+
+def test_probe_geometry_round_trip():
+    """Projecting through the exterior cameras and triangulating back is the identity."""
+    pts = np.random.default_rng(0).uniform([0.3, -0.3, 0.0], [0.75, 0.3, 0.2], (50, 3))
+    uv = P.project(pts)
+    assert uv.shape == (50, 2, 2) and (np.abs(uv) < 1).all()  # the workspace is in both views
+    np.testing.assert_allclose(P.triangulate(uv), pts, atol=1e-9)
+
+
+def test_probe_save_load_and_ood_records(probe_dir, splits):
+    probe = P.load(probe_dir)
+    rng = np.random.default_rng(1)
+    views = rng.integers(0, 256, (3, 2, 32, 32, 3), dtype=np.uint8)  # resized to the probe's 64 px
+    rgb = rng.random((3, 3)).astype(np.float32)
+    xyz = P.locate(probe, views, rgb)
+    assert xyz.shape == (3, 3) and np.isfinite(xyz).all()
+    np.testing.assert_array_equal(xyz, P.locate(P.load(probe_dir), views, rgb))
+    with pytest.raises(FileNotFoundError, match="object_probe"):
+        P.load(probe_dir / "missing")
+    from neuralsim.envs.sim_droid import OOD_COLORS
+
+    (rec,) = list_episodes(splits["ood"])  # `generate(..., ood=True)` wrote an OOD episode
+    assert rec["distribution"] == "ood" and all(c in OOD_COLORS for c in rec["colors"])
+    assert P.colour_rgb(rec["target"]).shape == (3,)
+    assert "distribution" not in list_episodes(splits["heldout"])[0]
