@@ -3,7 +3,10 @@
 Only two things are needed: ``meta/episodes.jsonl`` (one JSON object per episode with
 ``episode_index``, the instruction under ``task`` or ``instruction``, and the final rubric level
 under ``rubric_level``) and one mp4 per view, ``videos/<view_name>/episode_XXXXXX.mp4``.
-``meta/info.json`` supplies ``fps`` (default 15).  Per-step parquet files are not read.
+``meta/info.json`` supplies ``fps`` (default 15).  When the per-step parquet file
+``data/episode_XXXXXX.parquet`` has a ``ground_truth.rubric_level`` column (the level so far at
+every frame, as ``neuralsim data generate`` writes it), that column is read too: training uses it
+as extra per-frame supervision.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -29,6 +32,7 @@ class LabelledEpisode:
     fps: float
     label: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    frame_levels: np.ndarray | None = None  # (T,) rubric level so far at each frame, when recorded
 
 
 def read_episode_index(root: str | Path) -> list[dict[str, Any]]:
@@ -98,13 +102,33 @@ def read_video(path: str | Path) -> np.ndarray:
     return data.reshape(-1, h, w, 3).copy()
 
 
+FRAME_LEVEL_COLUMN = "ground_truth.rubric_level"
+
+
+def read_frame_levels(root: str | Path, episode_index: int) -> np.ndarray | None:
+    """The per-frame ``ground_truth.rubric_level`` column of ``data/episode_XXXXXX.parquet``, if there is one."""
+    path = Path(root) / "data" / f"episode_{episode_index:06d}.parquet"
+    if not path.is_file():
+        return None
+    import pyarrow.parquet as pq
+
+    if FRAME_LEVEL_COLUMN not in pq.read_schema(path).names:
+        return None
+    col = pq.read_table(path, columns=[FRAME_LEVEL_COLUMN]).column(0)
+    return np.asarray(col.to_numpy(zero_copy_only=False), np.int64)
+
+
 def load_episode(root: str | Path, row: dict[str, Any], fps: float | None = None) -> LabelledEpisode:
-    """Decode one episode's three views."""
+    """Decode one episode's three views (and its per-frame levels when recorded)."""
     frames = {v: read_video(video_path(root, v, row["episode_index"])) for v in VIEW_NAMES}
     n = min(len(f) for f in frames.values())  # codecs may disagree by a frame
     frames = {v: f[:n] for v, f in frames.items()}
+    levels = read_frame_levels(root, row["episode_index"])
+    if levels is not None and len(levels) < n:
+        levels = None  # does not cover the video: do not guess
     return LabelledEpisode(frames=frames, instruction=row["instruction"], fps=fps or dataset_fps(root),
-                           label=int(row["rubric_level"]), metadata=dict(row))
+                           label=int(row["rubric_level"]), metadata=dict(row),
+                           frame_levels=None if levels is None else levels[:n])
 
 
 def iter_episodes(root: str | Path, rows: list[dict[str, Any]] | None = None) -> Iterator[LabelledEpisode]:
@@ -113,14 +137,37 @@ def iter_episodes(root: str | Path, rows: list[dict[str, Any]] | None = None) ->
         yield load_episode(root, row, fps)
 
 
-def split_rows(rows: list[dict[str, Any]], val_fraction: float, seed: int = 0) -> tuple[list, list]:
-    """Deterministic held-out split by episode (seeded permutation)."""
+def split_key(row: dict[str, Any]) -> int:
+    """What the held-out split is drawn over: the episode a row shows.
+
+    A replay of a dataset episode (e.g. a world-model rollout of its recorded actions, written with
+    ``source_episode_index``) shares its source's key, so a scene and its replay always land on the
+    same side of the split.
+    """
+    return int(row.get("source_episode_index", row["episode_index"]))
+
+
+def heldout_keys(keys: Iterable[int], val_fraction: float, seed: int = 0) -> set[int]:
+    """A seeded ``val_fraction`` of the distinct ``keys`` (at least one when there are two or more)."""
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    order = np.random.default_rng(seed).permutation(len(rows))
-    n_val = int(round(val_fraction * len(rows)))
-    if val_fraction > 0 and len(rows) >= 2:
+    keys = sorted(set(keys))
+    order = np.random.default_rng(seed).permutation(len(keys))
+    n_val = int(round(val_fraction * len(keys)))
+    if val_fraction > 0 and len(keys) >= 2:
         n_val = max(1, n_val)
-    val = sorted((rows[i] for i in order[:n_val]), key=lambda r: r["episode_index"])
-    train = sorted((rows[i] for i in order[n_val:]), key=lambda r: r["episode_index"])
+    return {keys[i] for i in order[:n_val]}
+
+
+def split_rows(rows: list[dict[str, Any]], val_fraction: float, seed: int = 0,
+               heldout: set[int] | None = None) -> tuple[list, list]:
+    """Deterministic (train, held-out) split by episode: rows whose :func:`split_key` is in ``heldout``.
+
+    ``heldout`` defaults to :func:`heldout_keys` of these rows; pass one set to split several
+    directories consistently.
+    """
+    if heldout is None:
+        heldout = heldout_keys((split_key(r) for r in rows), val_fraction, seed)
+    val = sorted((r for r in rows if split_key(r) in heldout), key=lambda r: r["episode_index"])
+    train = sorted((r for r in rows if split_key(r) not in heldout), key=lambda r: r["episode_index"])
     return train, val

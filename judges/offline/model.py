@@ -1,11 +1,15 @@
 """Offline judge architecture: per-view tiny CNN -> per-frame token -> temporal transformer -> level.
 
 Input: the sampled frames of an episode (T <= 30 at 1 fps, the RoboWorld segments concatenated),
-every frame as its three views, plus the instruction as hashed words.  Each view image goes
-through a shared small CNN, the three view features (with a learned view embedding) are fused
+every frame as its three views, plus the instruction as hashed words.  Each view image, stacked
+with its difference to the episode's first frame of that view (what moved since the start: the
+cube in the bowl, the arm), goes through a shared small CNN, the three view features (with a learned view embedding) are fused
 into one token per frame, a learned time embedding is added, an instruction token is prepended,
-and a small transformer encoder mixes them; the instruction token's output predicts the rubric
-level (6-way classification).  Weights: safetensors + ``config.json``, loaded by
+and a small transformer encoder mixes them.  The episode's level (6-way classification) is read
+from the instruction token's output, the mean of the frame outputs and the last frame's output
+(the episode's level is the level at its end); a second head reads every frame's output as the
+level reached by that frame, which training supervises with the simulator's per-frame ground truth
+(ten labels per episode instead of one).  Weights: safetensors + ``config.json``, loaded by
 :meth:`OfflineJudgeModel.from_pretrained` (never ``torch.load``).
 """
 
@@ -32,6 +36,7 @@ class OfflineJudgeConfig:
         num_segments: segments the sampled frames are split into (RoboWorld: 2).
         max_frames_per_segment: frames per segment (RoboWorld: 15).
         channels: output channels of the CNN's stride-2 conv stages.
+        frame_difference: also feed each view's difference to the first frame (6 input channels).
         dim: width of the frame tokens and the transformer.
         heads: attention heads of the transformer.
         layers: transformer encoder layers.
@@ -47,6 +52,7 @@ class OfflineJudgeConfig:
     num_segments: int = 2
     max_frames_per_segment: int = 15
     channels: tuple[int, ...] = (16, 32, 64, 96)
+    frame_difference: bool = True
     dim: int = 128
     heads: int = 4
     layers: int = 2
@@ -81,12 +87,12 @@ class OfflineJudgeConfig:
 
 
 class ViewEncoder(nn.Module):
-    """Shared CNN: (N, 3, S, S) float in [0, 1] -> (N, C) feature."""
+    """Shared CNN: (N, in_channels, S, S) normalised images -> (N, 2 C) feature (mean and max pooled)."""
 
-    def __init__(self, channels: tuple[int, ...]) -> None:
+    def __init__(self, channels: tuple[int, ...], in_channels: int = 3) -> None:
         super().__init__()
         layers: list[nn.Module] = []
-        c_in = 3
+        c_in = in_channels
         for c in channels:
             layers += [nn.Conv2d(c_in, c, 3, stride=2, padding=1), nn.GroupNorm(min(8, c), c), nn.SiLU(),
                        nn.Conv2d(c, c, 3, padding=1), nn.GroupNorm(min(8, c), c), nn.SiLU()]
@@ -105,7 +111,7 @@ class OfflineJudgeModel(nn.Module):
     def __init__(self, config: OfflineJudgeConfig) -> None:
         super().__init__()
         self.config = cfg = config
-        self.encoder = ViewEncoder(cfg.channels)
+        self.encoder = ViewEncoder(cfg.channels, 6 if cfg.frame_difference else 3)
         v = len(cfg.views)
         self.view_embed = nn.Parameter(torch.zeros(v, self.encoder.out_dim))
         self.fuse = nn.Sequential(nn.Linear(v * self.encoder.out_dim, cfg.dim), nn.SiLU(), nn.Linear(cfg.dim, cfg.dim))
@@ -115,44 +121,69 @@ class OfflineJudgeModel(nn.Module):
         layer = nn.TransformerEncoderLayer(cfg.dim, cfg.heads, 2 * cfg.dim, cfg.dropout, batch_first=True, norm_first=True)
         self.temporal = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(cfg.dim)
-        self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(2 * cfg.dim, cfg.num_levels))
+        self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(3 * cfg.dim, cfg.num_levels))
+        self.frame_head = nn.Linear(cfg.dim, cfg.num_levels)
         self.register_buffer("pixel_mean", torch.tensor([0.45, 0.45, 0.45]).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1), persistent=False)
 
     def forward(self, frames: torch.Tensor, mask: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
-        """Logits over levels.
+        """Episode logits over levels, (B, num_levels); arguments as :meth:`forward_with_frames`."""
+        return self.forward_with_frames(frames, mask, words)[0]
+
+    def forward_with_frames(self, frames: torch.Tensor, mask: torch.Tensor,
+                            words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Episode logits and per-frame logits (the level reached by each frame).
 
         Args:
             frames: (B, T, V, 3, S, S) uint8 or float in [0, 1]; padded frames are ignored via ``mask``.
-            mask: (B, T) bool, True for real frames.
+            mask: (B, T) bool, True for real frames (real frames first, padding after them).
             words: (B, L) int64 hashed instruction words, 0 = padding.
 
         Returns:
-            (B, num_levels) logits.
+            (B, num_levels) episode logits, (B, T, num_levels) frame logits.
         """
         b, t, v, c, s, _ = frames.shape
-        x = frames.reshape(b * t * v, c, s, s)
-        x = x.float() / 255.0 if frames.dtype == torch.uint8 else x.float()
-        x = (x - self.pixel_mean) / self.pixel_std
-        h = self.encoder(x).view(b, t, v, -1) + self.view_embed  # (B, T, V, E)
+        x = frames.float() / 255.0 if frames.dtype == torch.uint8 else frames.float()  # (B, T, V, 3, S, S)
+        inputs = [(x.reshape(b * t * v, c, s, s) - self.pixel_mean) / self.pixel_std]
+        if self.config.frame_difference:  # change since the episode's first frame (frame 0 is always real)
+            inputs.append((x - x[:, :1]).reshape(b * t * v, c, s, s) / self.pixel_std)
+        h = self.encoder(torch.cat(inputs, dim=1)).view(b, t, v, -1) + self.view_embed  # (B, T, V, E)
         h = self.fuse(h.reshape(b, t, -1))  # (B, T, D)
         h = h + self.time_embed(torch.arange(t, device=h.device))[None]
         instr = self.words(words) + self.cls  # (B, D)
         tokens = torch.cat([instr[:, None], h], dim=1)  # (B, 1 + T, D)
         pad = torch.cat([torch.zeros_like(mask[:, :1]), ~mask], dim=1)  # True = ignore
         out = self.norm(self.temporal(tokens, src_key_padding_mask=pad))
+        per_frame = out[:, 1:]  # (B, T, D)
         m = mask.unsqueeze(-1).float()
-        pooled = (out[:, 1:] * m).sum(1) / m.sum(1).clamp_min(1.0)  # mean over real frames
-        return self.head(torch.cat([out[:, 0], pooled], dim=-1))
+        pooled = (per_frame * m).sum(1) / m.sum(1).clamp_min(1.0)  # mean over real frames
+        last = (mask.long().sum(1) - 1).clamp_min(0)  # (B,) index of the last real frame
+        final = per_frame[torch.arange(b, device=per_frame.device), last]  # (B, D)
+        return self.head(torch.cat([out[:, 0], pooled, final], dim=-1)), self.frame_head(per_frame)
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``model.safetensors`` and ``config.json`` to ``directory``."""
+    def save_pretrained(self, directory: str | Path, dtype: str | None = None) -> Path:
+        """Write ``model.safetensors`` and ``config.json`` to ``directory``.
+
+        Args:
+            directory: created if missing.
+            dtype: ``"float16"`` / ``"bfloat16"`` store the floating-point tensors at that precision
+                (half the file; :meth:`from_pretrained` casts them back to float32); None keeps them.
+        """
         from safetensors.torch import save_file
 
+        cast = None
+        if dtype is not None:
+            if dtype not in ("float16", "bfloat16", "float32"):
+                raise ValueError(f"dtype must be 'float16', 'bfloat16', 'float32' or None, got {dtype!r}")
+            cast = getattr(torch, dtype)
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(d / "model.safetensors"))
+        tensors = {}
+        for k, v in self.state_dict().items():
+            v = v.detach().cpu()
+            tensors[k] = (v.to(cast) if cast is not None and v.is_floating_point() else v).contiguous()
+        save_file(tensors, str(d / "model.safetensors"))
         (d / "config.json").write_text(self.config.to_json())
         return d
 
@@ -165,5 +196,6 @@ class OfflineJudgeModel(nn.Module):
         if not (d / "model.safetensors").is_file() or not (d / "config.json").is_file():
             raise FileNotFoundError(f"{str(d)!r} has no model.safetensors + config.json")
         model = cls(OfflineJudgeConfig.from_json((d / "config.json").read_text()))
+        # load_state_dict copies into the float32 parameters, so half-precision files are upcast here
         model.load_state_dict(load_file(str(d / "model.safetensors"), device="cpu"))
         return model.to(device).eval()

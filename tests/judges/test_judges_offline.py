@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ from judges.offline.dataset import read_episode_index, iter_episodes
 from judges.offline.evaluate import level_accuracy
 from judges.offline.features import collate, episode_inputs, frame_indices
 from judges.offline.judge import OfflineJudge
-from judges.offline.model import OfflineJudgeConfig, OfflineJudgeModel
+from judges.offline.model import VIEW_NAMES, OfflineJudgeConfig, OfflineJudgeModel
 from judges.registry import make_binary, make_roboworld
 from judges.rubric import load_rubric
 from judges_testing import make_episode, write_synthetic_dataset
@@ -107,11 +108,176 @@ def test_level_accuracy():
     assert acc["confusion"][2][3] == 1
 
 
-def test_default_offline_name_resolves_to_shipped_weights():
+def test_shipped_weights_are_the_default_reward():
+    """The trained judge ships in the package, small, and is what NeuralDROID's default reward loads."""
     from judges.offline import DEFAULT_WEIGHTS_DIR
+    from neuralsim.envs.neural_droid import DEFAULT_REWARD_FN
+    from neuralsim.rewards import make_reward_fn
 
-    if (DEFAULT_WEIGHTS_DIR / "model.safetensors").is_file():
-        assert make_roboworld("offline").weights == DEFAULT_WEIGHTS_DIR and make_roboworld("").weights == DEFAULT_WEIGHTS_DIR
-    else:
-        with pytest.raises(OfflineJudgeNotTrainedError, match="python -m judges.offline.train"):
-            make_roboworld("offline")
+    assert {p.name for p in DEFAULT_WEIGHTS_DIR.iterdir()} >= {"model.safetensors", "config.json", "metrics.json"}
+    assert (DEFAULT_WEIGHTS_DIR / "model.safetensors").stat().st_size < 4_000_000
+    assert DEFAULT_REWARD_FN == "roboworld:offline"
+    judge = make_reward_fn(DEFAULT_REWARD_FN)
+    assert isinstance(judge, OfflineJudge) and judge.weights == DEFAULT_WEIGHTS_DIR
+    assert make_roboworld("offline").weights == DEFAULT_WEIGHTS_DIR and make_roboworld("").weights == DEFAULT_WEIGHTS_DIR
+    metrics = json.loads((DEFAULT_WEIGHTS_DIR / "metrics.json").read_text())
+    assert metrics["heldout_episodes"] > 0 and not metrics["heldout_is_training_set"]
+
+
+@pytest.fixture(scope="module")
+def expert_rollout():
+    """One clean (noise-free) scripted-expert episode in SimDROID, from a seed the training data never used."""
+    from neuralsim.data.generate import run_expert
+    from neuralsim.envs.experts import ScriptedExpert
+    from neuralsim.envs.sim_droid import SimDROIDEnv
+
+    env = SimDROIDEnv(image_size=64, reward_fn=None)
+    try:
+        seed = 3_000_001
+        return run_expert(env, ScriptedExpert(env, noise=0.0, seed=seed), seed, "put_in_bowl")
+    finally:
+        env.close()
+
+
+def test_shipped_judge_scores_a_simdroid_episode(expert_rollout):
+    from neuralsim.rewards import make_reward_fn
+
+    j = make_reward_fn("roboworld:offline")(expert_rollout.episode)
+    assert j.ok and j.backend == "offline" and j.score in {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
+    assert abs(sum(j.criteria["level_probabilities"]) - 1) < 1e-4
+
+
+def test_half_precision_weights_load_as_float32(tmp_path):
+    from safetensors.torch import load_file
+
+    torch.manual_seed(0)
+    model = OfflineJudgeModel(TINY).eval()
+    model.save_pretrained(tmp_path / "fp32")
+    model.save_pretrained(tmp_path / "fp16", dtype="float16")
+    stored = load_file(str(tmp_path / "fp16" / "model.safetensors"))
+    assert all(v.dtype == torch.float16 for v in stored.values() if v.is_floating_point())
+    size = lambda d: (tmp_path / d / "model.safetensors").stat().st_size  # noqa: E731
+    assert size("fp16") < 0.6 * size("fp32")
+    loaded = OfflineJudgeModel.from_pretrained(tmp_path / "fp16")
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    x = collate([episode_inputs(make_episode(num_frames=31, size=16), TINY)], TINY.max_frames)
+    torch.testing.assert_close(loaded(*x), model(*x), rtol=0, atol=1e-2)
+    with pytest.raises(ValueError, match="float16"):
+        model.save_pretrained(tmp_path / "bad", dtype="int8")
+
+
+def test_split_keeps_a_replay_with_its_source_episode():
+    from judges.offline.dataset import heldout_keys, split_key, split_rows
+
+    sim = [{"episode_index": i} for i in range(40)]
+    wm = [{"episode_index": i, "source_episode_index": i} for i in range(0, 40, 3)]
+    held = heldout_keys([split_key(r) for r in sim + wm], 0.25, seed=3)
+    assert len(held) == 10
+    (_, sim_val), (wm_train, wm_val) = split_rows(sim, 0.25, 3, heldout=held), split_rows(wm, 0.25, 3, heldout=held)
+    assert {r["episode_index"] for r in wm_val} <= {r["episode_index"] for r in sim_val}
+    assert not {r["episode_index"] for r in wm_train} & held
+    assert split_rows(sim, 0.25, 3) == split_rows(sim, 0.25, 3, heldout=heldout_keys(range(40), 0.25, 3))
+
+
+# ---- world-model replays -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_world_model(tmp_path_factory):
+    """A tiny world model (16x16 views) with random DiT weights, so replays are not constant frames."""
+    from neuralsim.world_model.config import preset
+    from neuralsim.world_model.model import WorldModel
+
+    torch.manual_seed(0)
+    wm = WorldModel(preset("tiny"))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in wm.dit.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return wm.save_pretrained(tmp_path_factory.mktemp("tiny_world_model"))
+
+
+def _write_source_dataset(root, lengths=(5, 8, 3), size=16):
+    """SimDROID-layout episodes (random views, DROID reset pose, small random actions) with labels.
+
+    Per-frame levels (``ground_truth.rubric_level``) climb to the final level over the episode.
+    """
+    from neuralsim import kinematics as K
+    from neuralsim.data import writer as W
+    from neuralsim.episode import Episode
+
+    rng = np.random.default_rng(0)
+    W.write_info(root, W.new_info(size))
+    records = []
+    for i, n in enumerate(lengths):
+        q = np.repeat(K.RESET_JOINT_POSITION[None], n, 0).astype(np.float32)
+        ep = Episode(frames={v: rng.integers(0, 255, (n, size, size, 3), dtype=np.uint8) for v in VIEW_NAMES},
+                     joint_position=q, gripper_position=np.zeros((n, 1), np.float32),
+                     cartesian_position=K.forward_kinematics(q).astype(np.float32),
+                     actions=np.concatenate([rng.uniform(-0.3, 0.3, (n - 1, 7)), rng.uniform(0, 1, (n - 1, 1))],
+                                            1).astype(np.float32),
+                     instruction="put the red cube in the blue bowl")
+        level = [5, 4, 0][i]
+        W.write_episode(root, ep, i, extra_columns={"rubric_level": np.minimum(np.arange(n), level).astype(np.int8)})
+        rec = W.episode_record(ep, i, task="put_in_bowl", family="put_in_bowl", seed=100 + i, success=i == 0,
+                               rubric_level=level, failure=None)
+        W.append_record(root, rec)
+        records.append(rec)
+    W.update_totals(root, records)
+    return root
+
+
+def test_world_model_replays_keep_the_simdroid_label(tmp_path, tiny_world_model):
+    from judges.offline.wm_rollouts import ReplayConfig, replay
+    from neuralsim.data.reader import load_episode
+
+    src = _write_source_dataset(tmp_path / "sim")
+    cfg = ReplayConfig(checkpoint=str(tiny_world_model), data=str(src), out=str(tmp_path / "wm"), batch_size=2,
+                       num_threads=1, progress=False)
+    s = replay(cfg)
+    assert (s["written"], s["skipped"], s["total"], s["frames"]) == (3, 0, 3, 5 + 8 + 3)
+    rows = read_episode_index(tmp_path / "wm")
+    assert [r["rubric_level"] for r in rows] == [5, 4, 0] and {r["source"] for r in rows} == {"world_model"}
+    assert [r["source_episode_index"] for r in rows] == [0, 1, 2] and rows[1]["family"] == "put_in_bowl"
+    for r in rows:  # same actions, same first state; frames are the world model's
+        a = load_episode(src, r).to_episode()
+        b = load_episode(tmp_path / "wm", r).to_episode()
+        assert b.num_frames == a.num_frames
+        np.testing.assert_allclose(b.actions, a.actions, atol=1e-6)
+        np.testing.assert_allclose(b.joint_position[0], a.joint_position[0], atol=1e-6)
+        assert not np.array_equal(b.frames["exterior_image_1_left"][1:], a.frames["exterior_image_1_left"][1:])
+    ep = next(iter_episodes(tmp_path / "wm", rows[:1]))
+    assert ep.label == 5 and ep.frames["wrist_image_left"].shape == (5, 16, 16, 3)
+    assert ep.frame_levels.tolist() == [0, 1, 2, 3, 4]  # the source's per-frame truth, copied
+    again = replay(cfg)  # resumes: nothing left to do
+    assert (again["written"], again["skipped"], again["total"]) == (0, 3, 3)
+    other = shutil.copytree(tiny_world_model, tmp_path / "other_world_model")
+    with pytest.raises(ValueError, match="other settings"):
+        replay(ReplayConfig(checkpoint=str(other), data=str(src), out=cfg.out, progress=False))
+
+
+def test_training_prefixes_carry_the_level_at_their_end():
+    from judges.offline.train import TrainConfig, _Stored
+
+    cfg = TrainConfig(data=["unused"], model=TINY, prefix_prob=1.0)
+    ep = make_episode(num_frames=61, size=16, seed=3)
+    ep.frame_levels = np.minimum(np.arange(61) // 10, 5)
+    ep.label = 5
+    stored = _Stored.from_episode(ep, "src", cfg)
+    frames, _, label, targets = stored.sample(None, cfg)  # the whole episode
+    idx = frame_indices(61, 15.0, TINY)
+    assert label == 5 and targets.tolist() == np.minimum(idx // 10, 5).tolist()
+    torch.testing.assert_close(frames, episode_inputs(ep, TINY)[0])
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        frames, _, label, targets = stored.sample(rng, cfg)
+        n = len(targets)
+        assert frames.shape[0] == n and label == targets[-1] and 1 <= n <= 5
+    plain = make_episode(num_frames=61, size=16)
+    plain.label = 2  # a LabelledEpisode without per-frame levels: whole episodes only
+    no_levels = _Stored.from_episode(plain, "src", cfg)
+    assert no_levels.kept.tolist() == idx.tolist() and (no_levels.sample(rng, cfg)[3] == -100).all()
+    torch.manual_seed(0)
+    model = OfflineJudgeModel(TINY).eval()
+    x = collate([episode_inputs(ep, TINY), episode_inputs(make_episode(num_frames=31, size=16), TINY)], TINY.max_frames)
+    logits, frame_logits = model.forward_with_frames(*x)
+    assert logits.shape == (2, 6) and frame_logits.shape == (2, len(idx), 6)
+    torch.testing.assert_close(model(*x), logits)
