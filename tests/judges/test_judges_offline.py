@@ -145,6 +145,10 @@ def test_shipped_judge_scores_a_simdroid_episode(expert_rollout):
     j = make_reward_fn("roboworld:offline")(expert_rollout.episode)
     assert j.ok and j.backend == "offline" and j.score in {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
     assert abs(sum(j.criteria["level_probabilities"]) - 1) < 1e-4
+    # a clean expert success: every one of the 32 clean successes of the held-out benchmark set was
+    # judged 4 or 5 (27 of them 5), so "at least 4" is a property of the judge, not luck
+    assert expert_rollout.info["success"] and expert_rollout.info["rubric_level"] == 5
+    assert j.score >= 4
 
 
 def test_half_precision_weights_load_as_float32(tmp_path):
