@@ -79,7 +79,9 @@ class TrainConfig:
     sample_every: int = 1000
     """Steps between sample videos (0: only at the end; -1: never)."""
     latent_cache_clips: int = 20000
-    """DiT stage: clips whose latents are memoised in memory (fp16) after their first encoding."""
+    """DiT stage on a dataset without episodes (``synthetic``): clips memoised in memory (fp16)."""
+    latent_disk_cache: bool = True
+    """DiT stage on a dataset root: encode every episode once into ``<data>/.latent_cache`` first."""
     num_threads: int | None = None
     progress: bool = True
 
@@ -116,6 +118,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-every", dest="log_every", type=int, default=d.log_every)
     parser.add_argument("--sample-every", dest="sample_every", type=int, default=d.sample_every)
     parser.add_argument("--latent-cache-clips", dest="latent_cache_clips", type=int, default=d.latent_cache_clips)
+    parser.add_argument("--no-latent-disk-cache", dest="latent_disk_cache", action="store_false",
+                        help="encode clips as they are drawn instead of every episode up front")
     parser.add_argument("--num-threads", dest="num_threads", type=int, default=None)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
 
@@ -357,7 +361,14 @@ def train(cfg: TrainConfig) -> dict:
     if len(dataset) == 0:
         raise ValueError(f"dataset {cfg.data!r} is empty")
     image_size = wm_cfg.autoencoder.image_size
-    memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips) if cfg.stage == "dit" else None
+    memo = None
+    if cfg.stage == "dit":
+        if cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
+            from .latents import LatentStore
+
+            memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main)
+        else:
+            memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips)
 
     if cfg.stage == "dit" and ckpt is None and not recipe.get("latent_stats_fitted"):
         n = min(len(dataset), 32)

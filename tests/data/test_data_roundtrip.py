@@ -197,3 +197,45 @@ def test_frame_cache_is_written_reused_and_rebuilt(dataset, tmp_path):
     cache.write_bytes(b"torn")  # an unreadable cache file is decoded again and rewritten
     assert np.array_equal(read_episode(root, 0, image_size=32).frames[VIEW_NAMES[1]], direct[:, 1])
     assert np.array_equal(np.load(cache), direct)
+
+
+def test_latent_store_encodes_once_and_serves_windows(dataset, tmp_path):
+    import shutil
+
+    import torch
+
+    from neuralsim.world_model.config import preset
+    from neuralsim.world_model.latents import LATENT_CACHE_DIR, LatentStore
+    from neuralsim.world_model.model import WorldModel
+
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root)
+    torch.manual_seed(0)
+    ae = WorldModel(preset("tiny")).autoencoder.eval()
+    ds = ClipDataset(root, clip_length=6, image_size=16)
+    store = LatentStore(ae, ds, progress=False)
+    files = sorted((root / LATENT_CACHE_DIR / store.fingerprint).glob("episode_*.npz"))
+    assert len(files) == len(list_episodes(root))
+    idx = [0, len(ds) - 1]
+    z, cond = store.get(idx, "cpu")
+    for j, i in enumerate(idx):
+        item = ds[i]
+        with torch.no_grad():
+            direct = ae.encode(item["frames"])
+        assert z[j].shape == direct.shape
+        torch.testing.assert_close(z[j], direct.half().float())  # stored as fp16
+        want = torch.cat([item["cartesian_position"], item["gripper_position"].reshape(-1, 1)], -1)
+        torch.testing.assert_close(cond[j], want)
+    # a second store reads the files: prove it by changing one
+    with np.load(files[0]) as f:
+        lat, c = f["latents"], f["cond"]
+    np.savez(files[0], latents=np.zeros_like(lat), cond=c)
+    assert LatentStore(ae, ds, progress=False).get([0], "cpu")[0].abs().max() == 0
+    files[0].write_bytes(b"torn")  # unreadable: encoded again and rewritten
+    torch.testing.assert_close(LatentStore(ae, ds, progress=False).get([0], "cpu")[0], z[:1])
+    with np.load(files[0]) as f:
+        assert np.array_equal(f["latents"], lat)
+    # other autoencoder weights -> another fingerprint, never the stale latents
+    with torch.no_grad():
+        next(ae.parameters()).add_(0.1)
+    assert LatentStore(ae, ds, progress=False).fingerprint != store.fingerprint
