@@ -122,7 +122,7 @@ def replay_in_sim(sim, seed: int, task: str, actions: np.ndarray):
     return info, sim.episode()
 
 
-def _side_by_side(neural, sim) -> np.ndarray:
+def side_by_side_frames(neural, sim) -> np.ndarray:
     """NeuralDROID collage | SimDROID collage, frame by frame (the shorter one holds its last frame)."""
     a = neural.collage_frames()
     if sim is None:
@@ -194,7 +194,7 @@ def evaluate(cfg: EvalConfig) -> list[EpisodeScore]:
                 info, sim_episode = replay_in_sim(sim, meta["seed"], meta["task"], result.actions)
                 sim_level = int(info["rubric_level"])
             video = str(out / f"{i:02d}_{spec.name}.mp4")
-            write_video(video, _side_by_side(result.episode, sim_episode))
+            write_video(video, side_by_side_frames(result.episode, sim_episode))
             scores.append(EpisodeScore(name=spec.name, instruction=spec.instruction, steps=result.steps,
                                        neural_score=neural_score, sim_level=sim_level, video=video,
                                        judgement=_judgement_dict(judgement), seconds=time.perf_counter() - t0))

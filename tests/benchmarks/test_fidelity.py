@@ -17,7 +17,6 @@ from benchmarks import object_probe as P  # noqa: E402
 from neuralsim.data.generate import generate  # noqa: E402
 from neuralsim.data.reader import list_episodes  # noqa: E402
 from neuralsim.episode import VIEW_NAMES  # noqa: E402
-from neuralsim.world_model.config import preset  # noqa: E402
 from neuralsim.world_model.model import WorldModel  # noqa: E402
 
 STEPS = 14  # frames per episode - 1: covers tiny's in-horizon (1..6) and beyond (7..12) windows
@@ -29,18 +28,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    """A tiny world model with randomised DiT weights (AdaLN-Zero init would generate constant frames)."""
-    torch.manual_seed(0)
-    wm = WorldModel(preset("tiny"))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in wm.dit.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return wm.save_pretrained(tmp_path_factory.mktemp("tiny_world_model"))
 
 
 @pytest.fixture(scope="module")

@@ -25,20 +25,7 @@ from neuralsim.envs import neural_droid as ND
 from neuralsim.envs.episodes import EpisodeSpec, EpisodeSpecError, UnknownEpisodeError, default_episodes
 from neuralsim.envs.neural_droid import InvalidActionError, NeuralDROIDEnv, NeuralDROIDVectorEnv
 from neuralsim.episode import VIEW_NAMES
-from neuralsim.world_model.config import preset
-from neuralsim.world_model.model import CheckpointError, WorldModel
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    """A tiny world model with randomised DiT weights (AdaLN-Zero init would generate constant frames)."""
-    torch.manual_seed(0)
-    wm = WorldModel(preset("tiny"))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in wm.dit.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return wm.save_pretrained(tmp_path_factory.mktemp("tiny_world_model"))
+from neuralsim.world_model.model import CheckpointError
 
 
 @pytest.fixture(autouse=True)

@@ -184,21 +184,6 @@ def test_split_keeps_a_replay_with_its_source_episode():
 
 
 # ---- world-model replays -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_world_model(tmp_path_factory):
-    """A tiny world model (16x16 views) with random DiT weights, so replays are not constant frames."""
-    from neuralsim.world_model.config import preset
-    from neuralsim.world_model.model import WorldModel
-
-    torch.manual_seed(0)
-    wm = WorldModel(preset("tiny"))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in wm.dit.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return wm.save_pretrained(tmp_path_factory.mktemp("tiny_world_model"))
-
-
 def _write_source_dataset(root, lengths=(5, 8, 3), size=16):
     """SimDROID-layout episodes (random views, DROID reset pose, small random actions) with labels.
 
@@ -229,12 +214,12 @@ def _write_source_dataset(root, lengths=(5, 8, 3), size=16):
     return root
 
 
-def test_world_model_replays_keep_the_simdroid_label(tmp_path, tiny_world_model):
+def test_world_model_replays_keep_the_simdroid_label(tmp_path, tiny_checkpoint):
     from judges.offline.wm_rollouts import ReplayConfig, replay
     from neuralsim.data.reader import load_episode
 
     src = _write_source_dataset(tmp_path / "sim")
-    cfg = ReplayConfig(checkpoint=str(tiny_world_model), data=str(src), out=str(tmp_path / "wm"), batch_size=2,
+    cfg = ReplayConfig(checkpoint=str(tiny_checkpoint), data=str(src), out=str(tmp_path / "wm"), batch_size=2,
                        num_threads=1, progress=False)
     s = replay(cfg)
     assert (s["written"], s["skipped"], s["total"], s["frames"]) == (3, 0, 3, 5 + 8 + 3)
@@ -253,7 +238,7 @@ def test_world_model_replays_keep_the_simdroid_label(tmp_path, tiny_world_model)
     assert ep.frame_levels.tolist() == [0, 1, 2, 3, 4]  # the source's per-frame truth, copied
     again = replay(cfg)  # resumes: nothing left to do
     assert (again["written"], again["skipped"], again["total"]) == (0, 3, 3)
-    other = shutil.copytree(tiny_world_model, tmp_path / "other_world_model")
+    other = shutil.copytree(tiny_checkpoint, tmp_path / "other_world_model")
     with pytest.raises(ValueError, match="other settings"):
         replay(ReplayConfig(checkpoint=str(other), data=str(src), out=cfg.out, progress=False))
 

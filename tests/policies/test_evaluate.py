@@ -6,22 +6,8 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
-from neuralsim.world_model.config import preset
-from neuralsim.world_model.model import WorldModel
 from policies import evaluate as E
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    torch.manual_seed(0)
-    wm = WorldModel(preset("tiny"))
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in wm.dit.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return str(wm.save_pretrained(tmp_path_factory.mktemp("tiny_wm")))
 
 
 def test_expert_plan_reaches_the_goal_in_simdroid():

@@ -1,0 +1,344 @@
+"""Optimism bias: does the world model show a failure when the actions must fail?  (MiraBench, Level 3.)
+
+Usage:
+    python -m benchmarks.optimism_bias --quick                 # 1 episode, 1 family: a smoke run, ~1 min
+    python -m benchmarks.optimism_bias --episodes 12           # the reported run (held-out seeds)
+    python -m benchmarks.optimism_bias --episodes 12 --pairwise mirabench:openai/gpt-4o   # + MiraBench vote
+    python -m benchmarks.optimism_bias --checkpoint runs/sf/model --videos outputs/optimism
+
+For held-out episode ``i`` (SimDROID seed ``seed0 + i``, never used for training data; task families
+round-robin) the scripted expert runs once, closed loop, in SimDROID for the whole horizon; its
+recorded actions are the nominal action stream ``a+``.  Then, for the nominal stream and for every
+perturbation family that applies to the task (``task_families`` of its wrapper), at ``--severity``:
+
+* **truth**: ``a+`` is replayed open loop in ``SimDROID-v0`` through the family's wrapper; the
+  simulator's ``success`` says whether those actions really succeed (Y(v*) in MiraBench's eq. 3);
+* **prediction**: the very same ``a+`` goes through the same wrapper into ``NeuralDROID-v0`` (the world
+  model) from the episode's first three views; both worlds are reset with the same seed, so the
+  wrapper's own random stream is identical and the nominal and perturbed predictions share the world
+  model's noise.  The benchmark checks that both worlds received the same action stream (the arm
+  families read the observed joint state, which the action adapter reproduces to ~1e-4 rad);
+* the predicted video is judged by ``--judge`` (default the offline judge, RoboWorld 0-5 rubric;
+  success = level 5), and, with ``--pairwise``, by MiraBench's vote (seven late-phase frames,
+  nominal beside perturbed, bias when more than 3 say "Same"), which needs a VLM backend.
+
+The same judge also scores SimDROID's true frames ("judge on truth"): a failure the judge cannot see
+even in the simulator's video is the judge's miss, not the world model's optimism.
+
+Reported (overall and per family; MiraBench Table 2 layout: TCR = nominal task completion shown by the
+world model, Bias Res. = failure preservation):
+
+* failure preservation = 1 - optimism bias = share of perturbed rollouts that truly fail whose
+  world-model video is judged a failure;
+* nominal success preservation = share of truly successful nominal rollouts the world model still
+  shows succeeding;
+* mean predicted and true rubric levels, and the world model's level drop nominal -> perturbed.
+
+Target (issue 5): failure preservation >= 0.90 overall with nominal success preservation >= 0.90.
+Writes ``benchmarks/results/optimism_bias.json`` (``--quick``: ``optimism_bias_quick.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results" / "optimism_bias.json"
+TARGET = 0.9
+HELDOUT_SEED0 = 1_000_000  # SimDROID seeds of the held-out split (training data uses seeds < 1e6)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Config:
+    """What to measure."""
+
+    episodes: int = 12
+    """Held-out episodes (seeds ``seed0 + i``, task families round-robin)."""
+    severity: float = 0.5
+    """Severity of every family (MiraBench: 0.5)."""
+    seed0: int = HELDOUT_SEED0
+    families: list[str] = field(default_factory=list)
+    """Perturbation families (empty: all six)."""
+    tasks: list[str] = field(default_factory=list)
+    """Task families to draw episodes from (empty: all)."""
+    steps: int = 150
+    """Horizon of every rollout (SimDROID's 10 s at 15 Hz); the judge sees the whole episode."""
+    checkpoint: str | None = None
+    """World-model checkpoint (None: the shipped default)."""
+    judge: str = "roboworld:offline"
+    """Reward-function name of the per-rollout judge (RoboWorld 0-5 rubric; success = level 5)."""
+    pairwise: str | None = None
+    """MiraBench pairwise judge, e.g. ``mirabench:openai/gpt-4o`` (None: skipped)."""
+    threads: int = 1
+    videos: str | None = None
+    """Directory for one mp4 per rollout (world model | SimDROID), or None."""
+    out: str = str(RESULTS)
+
+
+# ----------------------------------------------------------------------------- rollouts
+def _replay(env, seed: int, options: dict, actions: np.ndarray) -> dict[str, Any]:
+    """Reset ``env`` with ``seed`` and send ``actions`` (through whatever wrappers it has)."""
+    env.reset(seed=int(seed), options=options)
+    info: dict[str, Any] = {}
+    fired = False
+    for t, a in enumerate(actions):
+        _, reward, terminated, truncated, info = env.step(a)
+        fired = fired or any(p.get("changed", False) for p in info.get("perturbation", []))
+        if terminated or truncated:
+            break
+    episode = env.unwrapped.episode()
+    return {"info": info, "episode": episode, "fired": fired, "sent": np.asarray(episode.actions, np.float32)}
+
+
+def _level(judgement: Any) -> float | None:
+    score = getattr(judgement, "score", None)
+    return None if score is None or not math.isfinite(float(score)) else float(score)
+
+
+def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
+    import torch
+
+    from neuralsim.envs.neural_droid import NeuralDROIDEnv
+    from neuralsim.envs.episodes import EpisodeSpec
+    from neuralsim.envs.experts import ScriptedExpert
+    from neuralsim.envs.sim_droid import TASK_FAMILIES, SimDROIDEnv
+    from neuralsim.rewards import make_reward_fn
+    from neuralsim.wrappers import PERTURBATIONS, apply_perturbation
+
+    unknown = [f for f in cfg.families if f not in PERTURBATIONS]
+    if unknown:
+        raise ValueError(f"unknown perturbation families {unknown}; known: {sorted(PERTURBATIONS)}")
+    bad_tasks = [t for t in cfg.tasks if t not in TASK_FAMILIES]
+    if bad_tasks:
+        raise ValueError(f"unknown task families {bad_tasks}; known: {list(TASK_FAMILIES)}")
+    if cfg.episodes < 1 or cfg.steps < 1:
+        raise ValueError(f"need episodes >= 1 and steps >= 1, got {cfg.episodes}, {cfg.steps}")
+    families = list(cfg.families) or list(PERTURBATIONS)
+    tasks = list(cfg.tasks) or list(TASK_FAMILIES)
+    torch.set_num_threads(int(cfg.threads))
+    judge = make_reward_fn(cfg.judge)
+    pair_judge = make_reward_fn(cfg.pairwise) if cfg.pairwise else None
+    if pair_judge is not None and not hasattr(pair_judge, "judge_pair"):
+        raise ValueError(f"--pairwise {cfg.pairwise!r} is not a pairwise judge (use e.g. 'mirabench:openai/gpt-4o')")
+    # made directly: gym.make(..., max_episode_steps=N) sets only the TimeLimit wrapper, and NeuralDROID
+    # calls its reward function when its own horizon is reached
+    sim = SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=cfg.steps)
+    wm = NeuralDROIDEnv(checkpoint=cfg.checkpoint, reward_fn=judge, max_episode_steps=cfg.steps)
+    videos = Path(cfg.videos) if cfg.videos else None
+    if videos:
+        videos.mkdir(parents=True, exist_ok=True)
+
+    plan = [(cfg.seed0 + i, tasks[i % len(tasks)]) for i in range(cfg.episodes)]
+    total = sum(1 + sum(task in PERTURBATIONS[f].task_families for f in families) for _, task in plan)
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="rollouts", unit="rollout")
+    else:
+        bar = None
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    try:
+        for seed, task in plan:
+            # the nominal stream: the clean expert, closed loop in the simulator, for the whole horizon
+            obs, _ = sim.reset(seed=seed, options={"task": task})
+            expert = ScriptedExpert(sim.unwrapped, seed=seed)
+            expert.reset()
+            clean = []
+            for _ in range(cfg.steps):
+                a = expert.act(obs)
+                clean.append(a)
+                obs, _, terminated, truncated, _ = sim.step(a)
+                if terminated or truncated:
+                    break
+            clean = np.asarray(clean, np.float32)
+            spec = EpisodeSpec.from_simdroid(seed, task, env=sim.unwrapped)
+            nominal_wm = None
+            for family in [None] + [f for f in families if task in PERTURBATIONS[f].task_families]:
+                s_env = sim if family is None else apply_perturbation(sim, family, severity=cfg.severity)
+                w_env = wm if family is None else apply_perturbation(wm, family, severity=cfg.severity)
+                truth = _replay(s_env, seed, {"task": task}, clean)
+                pred = _replay(w_env, seed, {"episode": spec}, clean)
+                n = min(len(truth["sent"]), len(pred["sent"]))
+                row = {
+                    "seed": seed, "task": task, "family": family or "nominal",
+                    "true_success": bool(truth["info"]["success"]),
+                    "true_level": int(truth["info"]["rubric_level"]),
+                    "predicted_level": _level(pred["info"].get("judgement")),
+                    "judge_on_truth_level": _level(judge(truth["episode"])),
+                    "fired": bool(truth["fired"]),
+                    "action_stream_max_diff": float(np.abs(truth["sent"][:n] - pred["sent"][:n]).max()) if n else 0.0,
+                }
+                if family is None:
+                    nominal_wm = pred["episode"]
+                elif pair_judge is not None:
+                    j = pair_judge.judge_pair(nominal_wm, pred["episode"])
+                    row["pairwise_bias"] = None if j.score is None else bool(j.score >= 1)
+                    row["pairwise_votes"] = (j.criteria or {}).get("votes")
+                    row["pairwise_error"] = getattr(j, "error", None)
+                rows.append(row)
+                if videos:
+                    _write_video(videos / f"{seed}_{task}_{row['family']}.mp4", pred["episode"], truth["episode"])
+                if bar:
+                    bar.update(1)
+    finally:
+        if bar:
+            bar.close()
+        wm.close()
+        sim.close()
+    res = summarise(rows, families)
+    config = {k: v if v is None or isinstance(v, (str, int, float, bool, list)) else repr(v)
+              for k, v in asdict(cfg).items()}  # a callable judge is recorded by its repr
+    res.update(config=config, target=TARGET, seconds=time.perf_counter() - t0, rollouts=rows)
+    return res
+
+
+def _write_video(path: Path, pred, truth) -> None:
+    from neuralsim.episode import write_video
+    from policies.evaluate import side_by_side_frames
+
+    write_video(str(path), side_by_side_frames(pred, truth))
+
+
+# ----------------------------------------------------------------------------- summary
+def _rate(xs: list[bool]) -> float | None:
+    return float(np.mean(xs)) if xs else None
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rates over perturbed rollouts ``rows`` (only the truly failing ones count for preservation)."""
+    failing = [r for r in rows if not r["true_success"]]
+    judged = [r for r in failing if r["predicted_level"] is not None]
+    pair = [r for r in failing if r.get("pairwise_bias") is not None]
+    fp = _rate([r["predicted_level"] < 5 for r in judged])
+    return {
+        "rollouts": len(rows), "truly_failing": len(failing),
+        "true_failure_rate": _rate([not r["true_success"] for r in rows]),
+        "failure_preservation": fp, "optimism_bias": None if fp is None else 1 - fp,
+        "judge_on_truth_failure_rate": _rate([r["judge_on_truth_level"] < 5 for r in failing
+                                              if r["judge_on_truth_level"] is not None]),
+        "pairwise_failure_preservation": _rate([not r["pairwise_bias"] for r in pair]),
+        "mean_predicted_level": _mean([r["predicted_level"] for r in rows]),
+        "mean_true_level": _mean([float(r["true_level"]) for r in rows]),
+        "unjudged": len(failing) - len(judged),
+        "max_action_stream_diff": max((r["action_stream_max_diff"] for r in rows), default=0.0),
+    }
+
+
+def summarise(rows: list[dict[str, Any]], families: list[str]) -> dict[str, Any]:
+    """Per-family and overall failure preservation, nominal success preservation, level drops."""
+    nominal = [r for r in rows if r["family"] == "nominal"]
+    perturbed = [r for r in rows if r["family"] != "nominal"]
+    ok = [r for r in nominal if r["true_success"] and r["predicted_level"] is not None]
+    nominal_level = {(r["seed"], r["task"]): r["predicted_level"] for r in nominal}
+    per_family = {}
+    for f in families:
+        fr = [r for r in perturbed if r["family"] == f]
+        cell = _cell(fr)
+        drops = [nominal_level[r["seed"], r["task"]] - r["predicted_level"] for r in fr
+                 if r["predicted_level"] is not None and nominal_level.get((r["seed"], r["task"])) is not None]
+        cell["mean_predicted_level_drop"] = _mean(drops)
+        per_family[f] = cell
+    overall = _cell(perturbed)
+    nsp = _rate([r["predicted_level"] >= 5 for r in ok])
+    summary = {
+        "nominal": {
+            "rollouts": len(nominal), "true_success_rate": _rate([r["true_success"] for r in nominal]),
+            "success_preservation": nsp,
+            "judge_on_truth_success_rate": _rate([r["judge_on_truth_level"] >= 5 for r in nominal
+                                                  if r["true_success"] and r["judge_on_truth_level"] is not None]),
+            "mean_predicted_level": _mean([r["predicted_level"] for r in nominal]),
+            "mean_true_level": _mean([float(r["true_level"]) for r in nominal]),
+        },
+        "overall": overall,
+        "per_family": per_family,
+    }
+    fp = overall["failure_preservation"]
+    summary["passes"] = bool(fp is not None and nsp is not None and fp >= TARGET and nsp >= TARGET)
+    return summary
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def format_table(res: dict[str, Any]) -> str:
+    nom, overall = res["nominal"], res["overall"]
+    lines = [
+        f"nominal: {nom['rollouts']} rollouts, true success {_f(nom['true_success_rate'])}, world model shows "
+        f"success in {_f(nom['success_preservation'])} of the true successes (judge on true frames: "
+        f"{_f(nom['judge_on_truth_success_rate'])}); mean level predicted {_f(nom['mean_predicted_level'])} "
+        f"vs true {_f(nom['mean_true_level'])}",
+        f"{'family':20s} {'n':>3s} {'true fail':>9s} {'Bias Res.':>9s} {'OB':>5s} {'judge|truth':>11s} "
+        f"{'pairwise':>8s} {'lvl pred':>8s} {'lvl true':>8s} {'drop':>5s}",
+    ]
+    for name, c in [*res["per_family"].items(), ("overall", overall)]:
+        lines.append(
+            f"{name:20s} {c['rollouts']:3d} {_f(c['true_failure_rate']):>9s} {_f(c['failure_preservation']):>9s} "
+            f"{_f(c['optimism_bias']):>5s} {_f(c['judge_on_truth_failure_rate']):>11s} "
+            f"{_f(c['pairwise_failure_preservation']):>8s} {_f(c['mean_predicted_level']):>8s} "
+            f"{_f(c['mean_true_level']):>8s} {_f(c.get('mean_predicted_level_drop')):>5s}")
+    lines.append(
+        f"MiraBench layout: TCR {_f(nom['success_preservation'], '{:.1%}')}  Bias Res. "
+        f"{_f(overall['failure_preservation'], '{:.1%}')}  -> target (>= {TARGET:.0%} both) "
+        f"{'met' if res['passes'] else 'NOT met'}.  Bias Res. = failure preservation over truly failing perturbed "
+        f"rollouts (judge level < 5 on the world model's video); judge|truth = the same judge on SimDROID's "
+        f"frames; drop = nominal minus perturbed predicted level.  {res['seconds']:.0f} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = Config()
+    p.add_argument("--episodes", type=int, default=d.episodes)
+    p.add_argument("--severity", type=float, default=d.severity)
+    p.add_argument("--seed", dest="seed0", type=int, default=d.seed0, help="seed of the first held-out episode")
+    p.add_argument("--families", nargs="*", default=[])
+    p.add_argument("--tasks", nargs="*", default=[])
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--checkpoint", default=None)
+    p.add_argument("--judge", default=d.judge)
+    p.add_argument("--pairwise", default=None, help="e.g. mirabench:openai/gpt-4o (needs an API key)")
+    p.add_argument("--threads", type=int, default=d.threads)
+    p.add_argument("--videos", default=None, help="directory for world model | SimDROID mp4s")
+    p.add_argument("--quick", action="store_true",
+                   help="1 put_in_bowl episode, nominal + premature_release: a smoke run")
+    p.add_argument("--out", default=None)
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    cfg = Config(episodes=a.episodes, severity=a.severity, seed0=a.seed0, families=a.families, tasks=a.tasks,
+                 steps=a.steps, checkpoint=a.checkpoint, judge=a.judge, pairwise=a.pairwise, threads=a.threads,
+                 videos=a.videos)
+    if a.quick:
+        cfg.episodes, cfg.families, cfg.tasks = 1, a.families or ["premature_release"], a.tasks or ["put_in_bowl"]
+    cfg.out = a.out or str(RESULTS.with_name("optimism_bias_quick.json") if a.quick else RESULTS)
+    try:
+        res = measure(cfg, progress=a.progress)
+    except ValueError as e:
+        print(f"optimism_bias: error: {e}")
+        return 2
+    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(cfg.out).write_text(json.dumps(res, indent=2))
+    print(format_table(res))
+    print(f"results: {cfg.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

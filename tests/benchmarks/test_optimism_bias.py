@@ -1,0 +1,103 @@
+"""benchmarks.optimism_bias: its arithmetic on hand-made rollouts, and a real run (SimDROID + a tiny world model,
+the pairwise vote through a loopback OpenAI server)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import optimism_bias as OB
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judges"))
+from judges_testing import openai_server  # noqa: E402,F401  (fixture: loopback /v1/chat/completions)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def row(seed, family, true_success, predicted, on_truth=None, true_level=None, **kw):
+    return {"seed": seed, "task": "stack", "family": family, "true_success": true_success,
+            "true_level": true_level if true_level is not None else (5 if true_success else 2),
+            "predicted_level": predicted, "judge_on_truth_level": on_truth, "fired": family != "nominal",
+            "action_stream_max_diff": 0.0, **kw}
+
+
+def test_summary_counts_only_truly_failing_rollouts():
+    rows = [
+        row(1, "nominal", True, 5.0, on_truth=5.0), row(2, "nominal", True, 3.0, on_truth=5.0),
+        row(3, "nominal", False, 5.0),  # a true failure of the nominal stream: not in success preservation
+        row(1, "premature_release", False, 2.0, on_truth=1.0),  # preserved
+        row(2, "premature_release", False, 5.0, on_truth=2.0),  # optimism: the world model shows success
+        row(3, "premature_release", True, 5.0),  # did not truly fail: excluded from preservation
+        row(1, "grip_force_weak", False, None),  # judge failed: counted as unjudged, not as preserved
+        row(2, "grip_force_weak", False, 4.0, on_truth=5.0, pairwise_bias=False),
+    ]
+    s = OB.summarise(rows, ["premature_release", "grip_force_weak"])
+    assert s["nominal"]["success_preservation"] == 0.5
+    assert s["nominal"]["true_success_rate"] == pytest.approx(2 / 3)
+    pr = s["per_family"]["premature_release"]
+    assert pr["truly_failing"] == 2 and pr["failure_preservation"] == 0.5 and pr["optimism_bias"] == 0.5
+    assert pr["judge_on_truth_failure_rate"] == 1.0
+    assert pr["true_failure_rate"] == pytest.approx(2 / 3)
+    assert pr["mean_predicted_level_drop"] == pytest.approx(((5 - 2) + (3 - 5) + (5 - 5)) / 3)
+    gw = s["per_family"]["grip_force_weak"]
+    assert gw["unjudged"] == 1 and gw["failure_preservation"] == 1.0 and gw["judge_on_truth_failure_rate"] == 0.0
+    assert gw["pairwise_failure_preservation"] == 1.0
+    assert s["overall"]["truly_failing"] == 4 and s["overall"]["failure_preservation"] == pytest.approx(2 / 3)
+    assert s["passes"] is False
+    perfect = OB.summarise([row(1, "nominal", True, 5.0), row(1, "premature_release", False, 1.0)],
+                           ["premature_release"])
+    assert perfect["passes"] is True
+    assert "Bias Res." in OB.format_table({**perfect, "seconds": 1.0})
+
+
+def _level_judge(episode):
+    """A deterministic stand-in for a VLM: the level is the final exterior frame's mean brightness mod 6."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(score=float(int(episode.frames["exterior_image_1_left"][-1].mean()) % 6))
+
+
+def test_measure_runs_both_worlds_on_the_same_action_stream(tiny_checkpoint, tmp_path, openai_server):
+    openai_server.default = lambda rec: "Different"
+    cfg = OB.Config(episodes=1, families=["premature_release", "wrist_tilt_grasp"], tasks=["put_in_bowl"],
+                    steps=70, checkpoint=str(tiny_checkpoint), judge=_level_judge,
+                    pairwise=f"mirabench:openai/gpt-4o?base_url={openai_server.url}&cache=false&json_mode=none",
+                    videos=str(tmp_path / "videos"))
+    res = OB.measure(cfg, progress=False)
+    rows = res["rollouts"]
+    assert [r["family"] for r in rows] == ["nominal", "premature_release", "wrist_tilt_grasp"]
+    assert all(r["seed"] == OB.HELDOUT_SEED0 and r["task"] == "put_in_bowl" for r in rows)
+    nominal, *perturbed = rows
+    assert not nominal["fired"] and all(r["fired"] for r in perturbed)  # the expert grasps within 70 steps
+    # the arm family reads the observed joint state; the adapter reproduces SimDROID's closely
+    assert all(r["action_stream_max_diff"] < 1e-3 for r in rows)
+    assert all(r["predicted_level"] in range(6) and r["judge_on_truth_level"] in range(6) for r in rows)
+    assert not any(r["true_success"] for r in perturbed)
+    assert all(r["pairwise_bias"] is False and r["pairwise_votes"] == ["Different"] * 7 for r in perturbed)
+    assert len(openai_server.requests) == 14  # 7 late-phase votes per perturbed rollout
+    assert res["overall"]["pairwise_failure_preservation"] == 1.0
+    assert len(list((tmp_path / "videos").glob("*.mp4"))) == 3
+    json.dumps(res)  # the whole result is JSON
+
+
+def test_cli_quick_writes_json_and_rejects_bad_names(tiny_checkpoint, tmp_path, capsys):
+    out = tmp_path / "ob.json"
+    assert OB.main(["--families", "no_such_family", "--checkpoint", str(tiny_checkpoint), "--out", str(out),
+                    "--no-progress"]) == 2
+    assert "unknown perturbation families" in capsys.readouterr().out and not out.exists()
+    assert OB.main(["--quick", "--steps", "12", "--checkpoint", str(tiny_checkpoint), "--out", str(out),
+                    "--no-progress"]) == 0
+    res = json.loads(out.read_text())
+    assert res["config"]["families"] == ["premature_release"] and len(res["rollouts"]) == 2
+    assert np.isfinite(res["seconds"])
