@@ -268,6 +268,13 @@ def summarise(rows: list[dict[str, Any]], families: list[str]) -> dict[str, Any]
         "overall": overall,
         "per_family": per_family,
     }
+    # the judge against the simulator's truth, on the world model's videos and on SimDROID's own frames
+    for key, col in (("judge_on_world_model", "predicted_level"), ("judge_on_truth", "judge_on_truth_level")):
+        pairs = [(r[col], r["true_level"]) for r in rows if r[col] is not None]
+        summary[key] = {"rollouts": len(pairs),
+                        "exact": _rate([round(a) == b for a, b in pairs]),
+                        "within_1": _rate([abs(a - b) <= 1 for a, b in pairs]),
+                        "success_agreement": _rate([(a >= 5) == (b >= 5) for a, b in pairs])}
     fp = overall["failure_preservation"]
     summary["passes"] = bool(fp is not None and nsp is not None and fp >= TARGET and nsp >= TARGET)
     return summary
@@ -293,6 +300,10 @@ def format_table(res: dict[str, Any]) -> str:
             f"{_f(c['optimism_bias']):>5s} {_f(c['judge_on_truth_failure_rate']):>11s} "
             f"{_f(c['pairwise_failure_preservation']):>8s} {_f(c['mean_predicted_level']):>8s} "
             f"{_f(c['mean_true_level']):>8s} {_f(c.get('mean_predicted_level_drop')):>5s}")
+    jw, jt = res["judge_on_world_model"], res["judge_on_truth"]
+    lines.append(f"judge level vs true level: on the world model's videos exact {_f(jw['exact'])}, within 1 "
+                 f"{_f(jw['within_1'])}, success agreement {_f(jw['success_agreement'])} (n={jw['rollouts']}); on "
+                 f"SimDROID's frames exact {_f(jt['exact'])}, within 1 {_f(jt['within_1'])} (n={jt['rollouts']})")
     lines.append(
         f"MiraBench layout: TCR {_f(nom['success_preservation'], '{:.1%}')}  Bias Res. "
         f"{_f(overall['failure_preservation'], '{:.1%}')}  -> target (>= {TARGET:.0%} both) "

@@ -4,12 +4,18 @@ Usage::
 
     python -m benchmarks.throughput --quick            # < 60 s on a laptop CPU
     python -m benchmarks.throughput --model runs/sf/model --batch-sizes 1 8 --steps 60
+    python -m benchmarks.throughput --shipped --env    # the shipped model, plus env.step of NeuralDROID-v0
 
 For each batch size it times (a) ``WorldModel.step`` (S denoising passes over the new frame reading the
 KV cache + one commit pass + decoding the three views) and (b) the same frame produced by recomputing
 the whole window from scratch on every denoising pass (no cache) + decoding.  A "frame" is one time
 step of one environment (three views); ``frames_per_s = batch * time_steps / s``.  Warm-up steps fill
-the window first so the timed steps run at full window.  JSON goes to
+the window first so the timed steps run at full window.
+
+``--env`` also times ``env.step`` of ``NeuralDROID-v0`` end to end (action checks, the action adapter,
+forward kinematics, the world model, decoding, observation assembly; no reward function) at
+N = 1 (``NeuralDROIDEnv``) and for each ``--batch-sizes`` N > 1 (``gym.make_vec``, one batched world
+model), with smooth random actions, after the window has filled.  JSON goes to
 ``benchmarks/results/throughput.json``.
 """
 
@@ -82,9 +88,45 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0) -> dict:
     }
 
 
+def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 0) -> dict:
+    """``env.step`` calls per second (and env steps per second) of NeuralDROID-v0 with ``num_envs`` rows."""
+    import gymnasium as gym
+    import numpy as np
+
+    import neuralsim  # noqa: F401  (registers NeuralDROID-v0)
+    from neuralsim.envs.neural_droid import NeuralDROIDEnv
+
+    if num_envs == 1:
+        env = NeuralDROIDEnv(checkpoint=checkpoint, reward_fn=None, max_episode_steps=None)
+    else:
+        env = gym.make_vec("NeuralDROID-v0", num_envs=num_envs, checkpoint=checkpoint, reward_fn=None,
+                           max_episode_steps=None)
+    rng = np.random.default_rng(seed)
+    shape = (8,) if num_envs == 1 else (num_envs, 8)
+    v = np.zeros(shape, np.float32)
+
+    def action():
+        v[..., :7] = np.clip(0.9 * v[..., :7] + 0.1 * rng.uniform(-1, 1, shape[:-1] + (7,)), -1, 1)
+        v[..., 7] = 0.0
+        return v.copy()
+
+    env.reset(seed=seed)
+    for _ in range(warmup):
+        env.step(action())
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        env.step(action())
+    dt = (time.perf_counter() - t0) / steps
+    env.close()
+    return {"num_envs": num_envs, "step_calls_per_s": 1.0 / dt, "env_steps_per_s": num_envs / dt,
+            "ms_per_call": 1000 * dt}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="WorldModel checkpoint dir (default: untrained default config)")
+    p.add_argument("--shipped", action="store_true", help="time the shipped default checkpoint")
+    p.add_argument("--env", action="store_true", help="also time env.step of NeuralDROID-v0 (N = 1 and batch sizes)")
     p.add_argument("--config", default="default", help="preset when --model is not given")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     p.add_argument("--steps", type=int, default=60, help="timed time steps per batch size")
@@ -103,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.shipped:
+        from neuralsim.envs.neural_droid import DEFAULT_CHECKPOINT
+
+        args.model = str(DEFAULT_CHECKPOINT)
     if args.model:
         wm = WorldModel.from_pretrained(args.model)
     else:
@@ -120,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch {b:3d}: cached {r['cached_frames_per_s']:7.1f} frames/s ({r['cached_time_steps_per_s']:.1f} "
               f"steps/s), recompute {r['recompute_frames_per_s']:7.1f} frames/s, speedup x{r['cache_speedup']:.1f}, "
               f"cache {r['cache_memory_mb']:.2f} MiB")
+    env_results = []
+    if args.env:
+        for n in sorted({1, *args.batch_sizes}):
+            r = measure_env(args.model, n, steps, warmup=window)
+            env_results.append(r)
+            print(f"NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s = "
+                  f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call)")
     out = {
         "model": args.model or f"untrained preset '{args.config}'",
         "dit_params": sum(q.numel() for q in wm.dit.parameters()),
@@ -130,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.processor() or platform.machine(),
         "quick": args.quick,
         "results": results,
+        "env": env_results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))

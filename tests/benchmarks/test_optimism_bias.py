@@ -55,6 +55,10 @@ def test_summary_counts_only_truly_failing_rollouts():
     assert gw["pairwise_failure_preservation"] == 1.0
     assert s["overall"]["truly_failing"] == 4 and s["overall"]["failure_preservation"] == pytest.approx(2 / 3)
     assert s["passes"] is False
+    jw = s["judge_on_world_model"]  # predicted vs true level over the 7 judged rollouts
+    assert jw["rollouts"] == 7 and jw["exact"] == pytest.approx(3 / 7) and jw["within_1"] == pytest.approx(3 / 7)
+    assert s["judge_on_truth"]["rollouts"] == 5 and s["judge_on_truth"]["exact"] == pytest.approx(3 / 5)
+    assert s["judge_on_truth"]["within_1"] == pytest.approx(4 / 5)
     perfect = OB.summarise([row(1, "nominal", True, 5.0), row(1, "premature_release", False, 1.0)],
                            ["premature_release"])
     assert perfect["passes"] is True
