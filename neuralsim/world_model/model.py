@@ -170,14 +170,22 @@ class WorldModel(nn.Module):
         return self.decode(self.step_latents(state, cond, generator))
 
     # ------------------------------------------------------------------ checkpoints
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (atomically per file)."""
+    def save_pretrained(self, directory: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (atomically per file).
+
+        ``dtype`` (e.g. ``torch.float16``) stores the floating-point tensors at that precision, halving the
+        file; :meth:`from_pretrained` casts them back to the model's float32.  Default: exact float32.
+        """
         from safetensors.torch import save_file
 
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point dtype (e.g. torch.float16), got {dtype}")
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         cfg_json = self.config.to_json()
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
+        if dtype is not None:
+            tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
         meta = {"format": FORMAT_TAG, "config_sha256": config_digest(cfg_json)}
         tmp_w, tmp_c = d / (WEIGHTS_NAME + ".tmp"), d / (CONFIG_NAME + ".tmp")
         save_file(tensors, str(tmp_w), metadata=meta)
@@ -225,8 +233,14 @@ def load_safetensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], 
 
 
 def load_state_strict(module: nn.Module, tensors: dict[str, torch.Tensor], where: str) -> None:
-    """Load ``tensors`` into ``module`` requiring identical names, shapes and dtypes."""
+    """Load ``tensors`` into ``module`` requiring identical names, shapes and dtypes.
+
+    A floating-point tensor stored at another floating-point precision (a float16 checkpoint) is cast to
+    the module's dtype; any other dtype difference is refused.
+    """
     own = module.state_dict()
+    tensors = {k: t.to(own[k].dtype) if k in own and t.is_floating_point() and own[k].is_floating_point()
+               and t.dtype != own[k].dtype else t for k, t in tensors.items()}
     missing, unexpected = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
     if missing or unexpected:
         raise CheckpointError(f"{where} does not match the model: missing {missing[:5]}{'...' if len(missing) > 5 else ''}"

@@ -18,6 +18,10 @@ noise are drawn from generators seeded by (seed, step, rank), so a resumed run c
 loss curve.  ``--max-minutes`` stops cleanly with a checkpoint.  On CUDA the loss runs under bf16
 autocast; under ``torchrun`` (WORLD_SIZE > 1) the trained module is wrapped in DDP and rank 0 writes.
 
+The DiT stage trains on frozen-autoencoder latents: on a dataset root it first encodes every episode
+once into ``<data>/.latent_cache`` (:mod:`neuralsim.world_model.latents`; ~5 ms per view, reused by
+every later DiT run with the same autoencoder).
+
 Measured on the 2-core CPU (default config, batch 8 x 16 frames, 48 tokens/frame): ~0.9 s/step
 Diffusion Forcing, ~1.1 s/step Step Forcing (more when other work shares the cores).
 """

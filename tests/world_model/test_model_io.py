@@ -67,6 +67,22 @@ def test_save_load_round_trip_is_bit_exact(tiny_model, tmp_path):
     assert torch.equal(_rollout(tiny_model), _rollout(loaded))
 
 
+def test_float16_checkpoint_halves_the_file_and_loads_as_float32(tiny_model, tmp_path):
+    tiny_model.save_pretrained(tmp_path / "fp32")
+    tiny_model.save_pretrained(tmp_path / "fp16", dtype=torch.float16)
+    size = {n: (tmp_path / n / "model.safetensors").stat().st_size for n in ("fp32", "fp16")}
+    assert size["fp16"] < 0.55 * size["fp32"]
+    loaded = WorldModel.from_pretrained(tmp_path / "fp16")
+    for k, a in tiny_model.state_dict().items():
+        b = loaded.state_dict()[k]
+        assert b.dtype == a.dtype
+        assert torch.equal(b, a.half().to(a.dtype)) if a.is_floating_point() else torch.equal(a, b)
+    again = WorldModel.from_pretrained(tmp_path / "fp16")  # deterministic: same file, same rollout
+    assert torch.equal(_rollout(loaded), _rollout(again))
+    with pytest.raises(ValueError, match="floating-point"):
+        tiny_model.save_pretrained(tmp_path / "int", dtype=torch.int8)
+
+
 def test_corrupt_and_mismatched_checkpoints_are_refused(tiny_model, tmp_path):
     d = tmp_path / "m"
     tiny_model.save_pretrained(d)

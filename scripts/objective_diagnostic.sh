@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The RoboWorld paper's objective diagnostic on our data (issue 4): from one Diffusion Forcing checkpoint,
+# train the same backbone with each objective for the same number of steps, then compare open-loop
+# fidelity in-horizon and beyond it (S = 4).  Resumable: re-run to continue unfinished branches.
+#   bash scripts/objective_diagnostic.sh                       # from runs/df/model, 300 steps per branch
+# Environment knobs: BASE (init checkpoint), STEPS (per branch), MAX_MIN (safety stop per branch),
+# DATA, HELDOUT, RUNS (branches go to $RUNS/diag/<objective>), OUT (fidelity JSON), THREADS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .venv/bin/activate
+BASE="${BASE:-runs/df/model}"; STEPS="${STEPS:-300}"; MAX_MIN="${MAX_MIN:-30}"
+DATA="${DATA:-data/simdroid}"; HELDOUT="${HELDOUT:-data/simdroid_heldout}"; RUNS="${RUNS:-runs}"
+OUT="${OUT:-benchmarks/results/objective_diagnostic.json}"; THREADS="${THREADS:-2}"
+OBJECTIVES="${OBJECTIVES:-diffusion_forcing step_forcing step_forcing_no_anchor step_forcing_no_selfforward}"
+dirs=()
+for obj in $OBJECTIVES; do
+    echo "== $(date -u +%FT%TZ) $obj: $STEPS steps from $BASE"
+    python -m neuralsim.world_model.train --stage dit --objective "$obj" --init-from "$BASE" --data "$DATA" \
+        --out "$RUNS/diag/$obj" --steps "$STEPS" --warmup 20 --max-minutes "$MAX_MIN" --checkpoint-every 100 \
+        --sample-every -1 --num-threads "$THREADS" --no-progress
+    dirs+=("$RUNS/diag/$obj/model")
+done
+echo "== $(date -u +%FT%TZ) fidelity of the branches"
+python -m benchmarks.fidelity --compare "${dirs[@]}" --data "$HELDOUT" --quick --threads "$THREADS" --out "$OUT"
+echo "== $(date -u +%FT%TZ) done"
