@@ -13,17 +13,22 @@ perturbation family that applies to the task (``task_families`` of its wrapper),
 
 * **truth**: ``a+`` is replayed open loop in ``SimDROID-v0`` through the family's wrapper; the
   simulator's ``success`` says whether those actions really succeed (Y(v*) in MiraBench's eq. 3);
-* **prediction**: the very same ``a+`` goes through the same wrapper into ``NeuralDROID-v0`` (the world
-  model) from the episode's first three views; both worlds are reset with the same seed, so the
-  wrapper's own random stream is identical and the nominal and perturbed predictions share the world
-  model's noise.  The benchmark checks that both worlds received the same action stream (the arm
-  families read the observed joint state, which the action adapter reproduces to ~1e-4 rad);
-* the predicted video is judged by ``--judge`` (default the offline judge, RoboWorld 0-5 rubric;
-  success = level 5), and, with ``--pairwise``, by MiraBench's vote (seven late-phase frames,
-  nominal beside perturbed, bias when more than 3 say "Same"), which needs a VLM backend.
+* **prediction**: the action stream the wrapper sent to SimDROID (recorded by the simulator) is
+  replayed into ``NeuralDROID-v0`` (the world model) from the episode's first three views, so both
+  worlds receive identical actions (``action_stream_max_diff`` checks it).  Re-applying the wrapper in
+  the world model instead is not equivalent: the arm families read the observed joint state and can
+  take a step-boundary decision one step apart (measured: ``approach_overshoot`` on ``stack`` sent
+  streams differing by 1.1 in one step).  Nominal and perturbed predictions use the same seed, so they
+  share the world model's noise;
+* the outcome of each video is read two ways: by ``--judge`` (default the offline judge, RoboWorld
+  0-5 rubric; success = level 5) and by the **object probe** of the fidelity benchmark (the target
+  cube located in the last frame's two exterior views, compared with the goal region the simulator
+  uses: inside the bowl or on the pad, or within 0.6 cube sizes of the base cube); with
+  ``--pairwise`` also by MiraBench's vote (seven late-phase frames, nominal beside perturbed, bias
+  when more than 3 say "Same"), which needs a VLM backend.
 
-The same judge also scores SimDROID's true frames ("judge on truth"): a failure the judge cannot see
-even in the simulator's video is the judge's miss, not the world model's optimism.
+The judge and the probe also read SimDROID's true frames ("on truth"): a failure they cannot see even
+in the simulator's video is the reader's miss, not the world model's optimism.
 
 Reported (overall and per family; MiraBench Table 2 layout: TCR = nominal task completion shown by the
 world model, Bias Res. = failure preservation):
@@ -79,6 +84,8 @@ class Config:
     """Reward-function name of the per-rollout judge (RoboWorld 0-5 rubric; success = level 5)."""
     pairwise: str | None = None
     """MiraBench pairwise judge, e.g. ``mirabench:openai/gpt-4o`` (None: skipped)."""
+    probe: str | None = str(Path(__file__).parent / "results" / "fidelity_probe")
+    """Object-probe directory (``python -m benchmarks.object_probe`` builds it); None skips the probe outcome."""
     threads: int = 1
     videos: str | None = None
     """Directory for one mp4 per rollout (world model | SimDROID), or None."""
@@ -98,6 +105,27 @@ def _replay(env, seed: int, options: dict, actions: np.ndarray) -> dict[str, Any
             break
     episode = env.unwrapped.episode()
     return {"info": info, "episode": episode, "fired": fired, "sent": np.asarray(episode.actions, np.float32)}
+
+
+def probe_success(probe, episode, meta: dict[str, Any]) -> bool:
+    """Is the target cube in its goal region in the episode's last frame, as the object probe sees it?
+
+    Goal regions as SimDROID's success test, in the table plane, from the episode's initial poses
+    (``EpisodeSpec.metadata``): within the bowl's or the pad's half-size per axis, or within 0.6 cube
+    sizes of the base cube (stack).  Heights are not used: the probe's z is its least accurate axis.
+    """
+    from neuralsim.envs import scene as S
+
+    from .object_probe import EXTERIOR_VIEWS, colour_rgb, locate
+
+    views = np.stack([episode.frames[v][-1] for v in EXTERIOR_VIEWS])[None]
+    xy = locate(probe, views, colour_rgb(meta["target"])[None])[0, :2]
+    poses = meta["object_poses"]
+    if meta["task"] == "put_in_bowl":
+        return bool(np.all(np.abs(xy - np.asarray(poses["bowl"][:2])) < S.BOWL_HALF))
+    if meta["task"] == "push_to_pad":
+        return bool(np.all(np.abs(xy - np.asarray(poses["pad"][:2])) < S.PAD_HALF))
+    return bool(np.linalg.norm(xy - np.asarray(poses[meta["base"]][:2])) < 0.6 * S.CUBE_SIZE)
 
 
 def _level(judgement: Any) -> float | None:
@@ -128,6 +156,14 @@ def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
     torch.set_num_threads(int(cfg.threads))
     judge = make_reward_fn(cfg.judge)
     pair_judge = make_reward_fn(cfg.pairwise) if cfg.pairwise else None
+    probe = None
+    if cfg.probe:
+        from .object_probe import load as load_probe
+
+        if not (Path(cfg.probe) / "probe.json").is_file():
+            raise ValueError(f"no object probe in {cfg.probe} (build it: python -m benchmarks.object_probe), "
+                             f"or pass --no-probe")
+        probe = load_probe(cfg.probe)
     if pair_judge is not None and not hasattr(pair_judge, "judge_pair"):
         raise ValueError(f"--pairwise {cfg.pairwise!r} is not a pairwise judge (use e.g. 'mirabench:openai/gpt-4o')")
     # made directly: gym.make(..., max_episode_steps=N) sets only the TimeLimit wrapper, and NeuralDROID
@@ -166,9 +202,8 @@ def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
             nominal_wm = None
             for family in [None] + [f for f in families if task in PERTURBATIONS[f].task_families]:
                 s_env = sim if family is None else apply_perturbation(sim, family, severity=cfg.severity)
-                w_env = wm if family is None else apply_perturbation(wm, family, severity=cfg.severity)
                 truth = _replay(s_env, seed, {"task": task}, clean)
-                pred = _replay(w_env, seed, {"episode": spec}, clean)
+                pred = _replay(wm, seed, {"episode": spec}, truth["sent"])
                 n = min(len(truth["sent"]), len(pred["sent"]))
                 row = {
                     "seed": seed, "task": task, "family": family or "nominal",
@@ -176,6 +211,8 @@ def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
                     "true_level": int(truth["info"]["rubric_level"]),
                     "predicted_level": _level(pred["info"].get("judgement")),
                     "judge_on_truth_level": _level(judge(truth["episode"])),
+                    "probe_predicted_success": None if probe is None else probe_success(probe, pred["episode"], spec.metadata),
+                    "probe_on_truth_success": None if probe is None else probe_success(probe, truth["episode"], spec.metadata),
                     "fired": bool(truth["fired"]),
                     "action_stream_max_diff": float(np.abs(truth["sent"][:n] - pred["sent"][:n]).max()) if n else 0.0,
                 }
@@ -226,6 +263,7 @@ def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
     judged = [r for r in failing if r["predicted_level"] is not None]
     pair = [r for r in failing if r.get("pairwise_bias") is not None]
     fp = _rate([r["predicted_level"] < 5 for r in judged])
+    probed = [r for r in failing if r.get("probe_predicted_success") is not None]
     return {
         "rollouts": len(rows), "truly_failing": len(failing),
         "true_failure_rate": _rate([not r["true_success"] for r in rows]),
@@ -233,6 +271,8 @@ def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "judge_on_truth_failure_rate": _rate([r["judge_on_truth_level"] < 5 for r in failing
                                               if r["judge_on_truth_level"] is not None]),
         "pairwise_failure_preservation": _rate([not r["pairwise_bias"] for r in pair]),
+        "probe_failure_preservation": _rate([not r["probe_predicted_success"] for r in probed]),
+        "probe_on_truth_failure_rate": _rate([not r["probe_on_truth_success"] for r in probed]),
         "mean_predicted_level": _mean([r["predicted_level"] for r in rows]),
         "mean_true_level": _mean([float(r["true_level"]) for r in rows]),
         "unjudged": len(failing) - len(judged),
@@ -262,6 +302,10 @@ def summarise(rows: list[dict[str, Any]], families: list[str]) -> dict[str, Any]
             "success_preservation": nsp,
             "judge_on_truth_success_rate": _rate([r["judge_on_truth_level"] >= 5 for r in nominal
                                                   if r["true_success"] and r["judge_on_truth_level"] is not None]),
+            "probe_success_preservation": _rate([r["probe_predicted_success"] for r in nominal if r["true_success"]
+                                                 and r.get("probe_predicted_success") is not None]),
+            "probe_on_truth_success_rate": _rate([r["probe_on_truth_success"] for r in nominal if r["true_success"]
+                                                  and r.get("probe_on_truth_success") is not None]),
             "mean_predicted_level": _mean([r["predicted_level"] for r in nominal]),
             "mean_true_level": _mean([float(r["true_level"]) for r in nominal]),
         },
@@ -275,8 +319,13 @@ def summarise(rows: list[dict[str, Any]], families: list[str]) -> dict[str, Any]
                         "exact": _rate([round(a) == b for a, b in pairs]),
                         "within_1": _rate([abs(a - b) <= 1 for a, b in pairs]),
                         "success_agreement": _rate([(a >= 5) == (b >= 5) for a, b in pairs])}
+    for key, col in (("probe_on_world_model", "probe_predicted_success"), ("probe_on_truth", "probe_on_truth_success")):
+        pairs = [(r[col], r["true_success"]) for r in rows if r.get(col) is not None]
+        summary[key] = {"rollouts": len(pairs), "success_agreement": _rate([a == b for a, b in pairs])}
     fp = overall["failure_preservation"]
     summary["passes"] = bool(fp is not None and nsp is not None and fp >= TARGET and nsp >= TARGET)
+    pfp, pnsp = overall["probe_failure_preservation"], summary["nominal"]["probe_success_preservation"]
+    summary["passes_by_probe"] = None if pfp is None or pnsp is None else bool(pfp >= TARGET and pnsp >= TARGET)
     return summary
 
 
@@ -289,27 +338,34 @@ def format_table(res: dict[str, Any]) -> str:
     lines = [
         f"nominal: {nom['rollouts']} rollouts, true success {_f(nom['true_success_rate'])}, world model shows "
         f"success in {_f(nom['success_preservation'])} of the true successes (judge on true frames: "
-        f"{_f(nom['judge_on_truth_success_rate'])}); mean level predicted {_f(nom['mean_predicted_level'])} "
-        f"vs true {_f(nom['mean_true_level'])}",
+        f"{_f(nom['judge_on_truth_success_rate'])}); by the object probe {_f(nom['probe_success_preservation'])} "
+        f"(probe on true frames: {_f(nom['probe_on_truth_success_rate'])}); mean level predicted "
+        f"{_f(nom['mean_predicted_level'])} vs true {_f(nom['mean_true_level'])}",
         f"{'family':20s} {'n':>3s} {'true fail':>9s} {'Bias Res.':>9s} {'OB':>5s} {'judge|truth':>11s} "
-        f"{'pairwise':>8s} {'lvl pred':>8s} {'lvl true':>8s} {'drop':>5s}",
+        f"{'probe':>5s} {'probe|truth':>11s} {'pairwise':>8s} {'lvl pred':>8s} {'lvl true':>8s} {'drop':>5s}",
     ]
     for name, c in [*res["per_family"].items(), ("overall", overall)]:
         lines.append(
             f"{name:20s} {c['rollouts']:3d} {_f(c['true_failure_rate']):>9s} {_f(c['failure_preservation']):>9s} "
             f"{_f(c['optimism_bias']):>5s} {_f(c['judge_on_truth_failure_rate']):>11s} "
+            f"{_f(c['probe_failure_preservation']):>5s} {_f(c['probe_on_truth_failure_rate']):>11s} "
             f"{_f(c['pairwise_failure_preservation']):>8s} {_f(c['mean_predicted_level']):>8s} "
             f"{_f(c['mean_true_level']):>8s} {_f(c.get('mean_predicted_level_drop')):>5s}")
     jw, jt = res["judge_on_world_model"], res["judge_on_truth"]
     lines.append(f"judge level vs true level: on the world model's videos exact {_f(jw['exact'])}, within 1 "
                  f"{_f(jw['within_1'])}, success agreement {_f(jw['success_agreement'])} (n={jw['rollouts']}); on "
                  f"SimDROID's frames exact {_f(jt['exact'])}, within 1 {_f(jt['within_1'])} (n={jt['rollouts']})")
+    pw, pt = res["probe_on_world_model"], res["probe_on_truth"]
+    lines.append(f"probe success vs true success: on the world model's videos {_f(pw['success_agreement'])}, on "
+                 f"SimDROID's frames {_f(pt['success_agreement'])} (n={pt['rollouts']})")
     lines.append(
         f"MiraBench layout: TCR {_f(nom['success_preservation'], '{:.1%}')}  Bias Res. "
         f"{_f(overall['failure_preservation'], '{:.1%}')}  -> target (>= {TARGET:.0%} both) "
-        f"{'met' if res['passes'] else 'NOT met'}.  Bias Res. = failure preservation over truly failing perturbed "
+        f"{'met' if res['passes'] else 'NOT met'} (by the object probe: TCR "
+        f"{_f(nom['probe_success_preservation'], '{:.1%}')}, Bias Res. "
+        f"{_f(overall['probe_failure_preservation'], '{:.1%}')}).  Bias Res. = failure preservation over truly failing perturbed "
         f"rollouts (judge level < 5 on the world model's video); judge|truth = the same judge on SimDROID's "
-        f"frames; drop = nominal minus perturbed predicted level.  {res['seconds']:.0f} s")
+        f"frames; probe = failure preservation read by the object probe; drop = nominal minus perturbed predicted level.  {res['seconds']:.0f} s")
     return "\n".join(lines)
 
 
@@ -325,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--judge", default=d.judge)
     p.add_argument("--pairwise", default=None, help="e.g. mirabench:openai/gpt-4o (needs an API key)")
+    p.add_argument("--probe", default=d.probe, help="object-probe directory (default %(default)s)")
+    p.add_argument("--no-probe", dest="probe", action="store_const", const=None, help="skip the probe outcome")
     p.add_argument("--threads", type=int, default=d.threads)
     p.add_argument("--videos", default=None, help="directory for world model | SimDROID mp4s")
     p.add_argument("--quick", action="store_true",
@@ -334,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     cfg = Config(episodes=a.episodes, severity=a.severity, seed0=a.seed0, families=a.families, tasks=a.tasks,
-                 steps=a.steps, checkpoint=a.checkpoint, judge=a.judge, pairwise=a.pairwise, threads=a.threads,
+                 steps=a.steps, checkpoint=a.checkpoint, judge=a.judge, pairwise=a.pairwise, probe=a.probe, threads=a.threads,
                  videos=a.videos)
     if a.quick:
         cfg.episodes, cfg.families, cfg.tasks = 1, a.families or ["premature_release"], a.tasks or ["put_in_bowl"]

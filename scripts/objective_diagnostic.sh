@@ -4,7 +4,8 @@
 # fidelity in-horizon and beyond it (S = 4).  Resumable: re-run to continue unfinished branches.
 #   bash scripts/objective_diagnostic.sh                       # from runs/df/model, 300 steps per branch
 # Environment knobs: BASE (init checkpoint), STEPS (per branch), MAX_MIN (safety stop per branch),
-# DATA, HELDOUT, RUNS (branches go to $RUNS/diag/<objective>), OUT (fidelity JSON), THREADS.
+# DATA, HELDOUT, RUNS (branches go to $RUNS/diag/<objective>), OUT (fidelity JSON), THREADS,
+# EVAL_EPISODES (held-out episodes in the comparison, generated as one batch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
@@ -21,5 +22,6 @@ for obj in $OBJECTIVES; do
     dirs+=("$RUNS/diag/$obj/model")
 done
 echo "== $(date -u +%FT%TZ) fidelity of the branches"
-python -m benchmarks.fidelity --compare "${dirs[@]}" --data "$HELDOUT" --quick --threads "$THREADS" --out "$OUT"
+python -m benchmarks.fidelity --compare "${dirs[@]}" --data "$HELDOUT" --max-episodes "${EVAL_EPISODES:-12}" \
+    --batch-size "${EVAL_EPISODES:-12}" --threads "$THREADS" --out "$OUT" --no-progress
 echo "== $(date -u +%FT%TZ) done"

@@ -84,15 +84,47 @@ def test_measure_runs_both_worlds_on_the_same_action_stream(tiny_checkpoint, tmp
     assert all(r["seed"] == OB.HELDOUT_SEED0 and r["task"] == "put_in_bowl" for r in rows)
     nominal, *perturbed = rows
     assert not nominal["fired"] and all(r["fired"] for r in perturbed)  # the expert grasps within 70 steps
-    # the arm family reads the observed joint state; the adapter reproduces SimDROID's closely
-    assert all(r["action_stream_max_diff"] < 1e-3 for r in rows)
+    # the world model is fed the very stream the wrapper sent to SimDROID
+    assert all(r["action_stream_max_diff"] == 0.0 for r in rows)
     assert all(r["predicted_level"] in range(6) and r["judge_on_truth_level"] in range(6) for r in rows)
+    assert all(isinstance(r["probe_predicted_success"], bool) and isinstance(r["probe_on_truth_success"], bool)
+               for r in rows)
     assert not any(r["true_success"] for r in perturbed)
     assert all(r["pairwise_bias"] is False and r["pairwise_votes"] == ["Different"] * 7 for r in perturbed)
     assert len(openai_server.requests) == 14  # 7 late-phase votes per perturbed rollout
     assert res["overall"]["pairwise_failure_preservation"] == 1.0
     assert len(list((tmp_path / "videos").glob("*.mp4"))) == 3
     json.dumps(res)  # the whole result is JSON
+
+
+def test_probe_reads_the_outcome_of_a_true_episode():
+    """The shipped object probe sees the cube in the bowl at the end of a clean expert episode, not at its start."""
+    from benchmarks.object_probe import load
+    from neuralsim.envs.episodes import EpisodeSpec
+    from neuralsim.envs.experts import ScriptedExpert
+    from neuralsim.envs.sim_droid import SimDROIDEnv
+
+    probe = load(OB.Config().probe)
+    sim = SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=150)
+    try:
+        spec = EpisodeSpec.from_simdroid(OB.HELDOUT_SEED0, "put_in_bowl", env=sim)
+        obs, _ = sim.reset(seed=OB.HELDOUT_SEED0, options={"task": "put_in_bowl"})
+        expert = ScriptedExpert(sim, seed=OB.HELDOUT_SEED0)
+        expert.reset()
+        info = {}
+        for _ in range(150):
+            obs, _, _, truncated, info = sim.step(expert.act(obs))
+            if truncated:
+                break
+        episode = sim.episode()
+    finally:
+        sim.close()
+    assert info["success"]
+    assert OB.probe_success(probe, episode, spec.metadata)
+    from types import SimpleNamespace
+
+    start = SimpleNamespace(frames={k: v[:1] for k, v in episode.frames.items()})  # the reset frame only
+    assert not OB.probe_success(probe, start, spec.metadata)
 
 
 def test_cli_quick_writes_json_and_rejects_bad_names(tiny_checkpoint, tmp_path, capsys):
