@@ -98,8 +98,8 @@ def _replay(env, seed: int, options: dict, actions: np.ndarray) -> dict[str, Any
     env.reset(seed=int(seed), options=options)
     info: dict[str, Any] = {}
     fired = False
-    for t, a in enumerate(actions):
-        _, reward, terminated, truncated, info = env.step(a)
+    for a in actions:
+        _, _, terminated, truncated, info = env.step(a)
         fired = fired or any(p.get("changed", False) for p in info.get("perturbation", []))
         if terminated or truncated:
             break

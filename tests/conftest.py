@@ -7,6 +7,17 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test (fast on a small shared CPU); the previous count is restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     """A saved tiny world model (16x16 views) whose DiT weights are random noise.

@@ -22,12 +22,7 @@ from neuralsim.world_model.model import WorldModel  # noqa: E402
 STEPS = 14  # frames per episode - 1: covers tiny's in-horizon (1..6) and beyond (7..12) windows
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

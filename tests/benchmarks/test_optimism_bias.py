@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from benchmarks import optimism_bias as OB
 
@@ -17,12 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judges"))
 from judges_testing import openai_server  # noqa: E402,F401  (fixture: loopback /v1/chat/completions)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def row(seed, family, true_success, predicted, on_truth=None, true_level=None, **kw):

@@ -14,7 +14,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env
 
@@ -28,13 +27,7 @@ from neuralsim.episode import VIEW_NAMES
 from neuralsim.world_model.model import CheckpointError
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: fast on a small shared CPU; restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def make(ckpt, **kw) -> NeuralDROIDEnv:
