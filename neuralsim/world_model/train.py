@@ -394,6 +394,8 @@ def train(cfg: TrainConfig) -> dict:
         recipe["stages"] = list(recipe.get("stages", [])) + [{
             "stage": cfg.stage, "objective": cfg.objective if cfg.stage == "dit" else "reconstruction",
             "data": cfg.data, "steps": cfg.steps, "batch_size": cfg.batch_size * world, "lr": cfg.lr}]
+    elif recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
+        recipe["stages"] = [*recipe["stages"][:-1], {**recipe["stages"][-1], "steps": cfg.steps}]
 
     metrics_path = out / "metrics.jsonl"
     if is_main and metrics_path.exists():  # drop lines a crashed run wrote after its last checkpoint

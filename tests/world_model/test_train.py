@@ -36,6 +36,10 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
     a, b = WorldModel.from_pretrained(straight / "model"), WorldModel.from_pretrained(resumed / "model")
     for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), k
+    # the recipe names the budget of the resumed run, not the 3 steps of the first invocation
+    assert b.config.recipe["stages"][-1]["steps"] == 6
+    assert b.config.recipe["dit_step_forcing_steps"] == 6
+    assert len(b.config.recipe["stages"]) == len(a.config.recipe["stages"])
 
 
 def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
