@@ -33,6 +33,7 @@ class LabelledEpisode:
     label: int
     metadata: dict[str, Any] = field(default_factory=dict)
     frame_levels: np.ndarray | None = None  # (T,) rubric level so far at each frame, when recorded
+    frame_distances: np.ndarray | None = None  # (T,) metres from the target object to its goal, when recorded
 
 
 def read_episode_index(root: str | Path) -> list[dict[str, Any]]:
@@ -103,6 +104,7 @@ def read_video(path: str | Path) -> np.ndarray:
 
 
 FRAME_LEVEL_COLUMN = "ground_truth.rubric_level"
+FRAME_DISTANCE_COLUMN = "ground_truth.target_distance"
 
 
 def read_frame_levels(root: str | Path, episode_index: int) -> np.ndarray | None:
@@ -118,17 +120,37 @@ def read_frame_levels(root: str | Path, episode_index: int) -> np.ndarray | None
     return np.asarray(col.to_numpy(zero_copy_only=False), np.int64)
 
 
+def read_ground_truth(root: str | Path, episode_index: int) -> dict[str, np.ndarray]:
+    """Every per-frame ``ground_truth.<name>`` column of ``data/episode_XXXXXX.parquet``, keyed by ``<name>``.
+
+    Empty when the file or the columns are missing.  SimDROID records ``rubric_level``, ``success`` and
+    ``target_distance`` (metres from the target object to its goal).
+    """
+    path = Path(root) / "data" / f"episode_{episode_index:06d}.parquet"
+    if not path.is_file():
+        return {}
+    import pyarrow.parquet as pq
+
+    names = [n for n in pq.read_schema(path).names if n.startswith("ground_truth.")]
+    if not names:
+        return {}
+    table = pq.read_table(path, columns=names)
+    return {n.split(".", 1)[1]: np.asarray(table.column(n).to_numpy(zero_copy_only=False)) for n in names}
+
+
 def load_episode(root: str | Path, row: dict[str, Any], fps: float | None = None) -> LabelledEpisode:
     """Decode one episode's three views (and its per-frame levels when recorded)."""
     frames = {v: read_video(video_path(root, v, row["episode_index"])) for v in VIEW_NAMES}
     n = min(len(f) for f in frames.values())  # codecs may disagree by a frame
     frames = {v: f[:n] for v, f in frames.items()}
-    levels = read_frame_levels(root, row["episode_index"])
-    if levels is not None and len(levels) < n:
-        levels = None  # does not cover the video: do not guess
+    truth = read_ground_truth(root, row["episode_index"])
+    # a column that does not cover the video is dropped, not guessed
+    levels, dist = (truth.get(k.split(".", 1)[1]) for k in (FRAME_LEVEL_COLUMN, FRAME_DISTANCE_COLUMN))
+    levels = None if levels is None or len(levels) < n else np.asarray(levels[:n], np.int64)
+    dist = None if dist is None or len(dist) < n else np.asarray(dist[:n], np.float32)
     return LabelledEpisode(frames=frames, instruction=row["instruction"], fps=fps or dataset_fps(root),
-                           label=int(row["rubric_level"]), metadata=dict(row),
-                           frame_levels=None if levels is None else levels[:n])
+                           label=int(row["rubric_level"]), metadata=dict(row), frame_levels=levels,
+                           frame_distances=dist)
 
 
 def iter_episodes(root: str | Path, rows: list[dict[str, Any]] | None = None) -> Iterator[LabelledEpisode]:

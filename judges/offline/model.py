@@ -23,6 +23,10 @@ import torch
 import torch.nn as nn
 
 VIEW_NAMES = ("exterior_image_1_left", "exterior_image_2_left", "wrist_image_left")
+#: Unit of the distance head's output (metres): the size of the task objects.
+DISTANCE_UNIT_M = 0.05
+#: Distances are clipped here (in units) before the loss: beyond 20 cm, "far" is all that matters.
+DISTANCE_CLIP_UNITS = 4.0
 
 
 @dataclass
@@ -44,6 +48,10 @@ class OfflineJudgeConfig:
         max_words: instruction words kept.
         num_levels: rubric levels (0..5 -> 6).
         dropout: dropout in the transformer and head.
+        distance_head: add a per-frame regression head for the target object's distance to its goal
+            (trained from the simulator's ``ground_truth.target_distance``; an auxiliary task that
+            makes the features locate the object relative to the goal -- the difference between
+            rubric levels 4 and 5).  The rubric prediction does not read it.
     """
 
     image_size: int = 64
@@ -60,6 +68,7 @@ class OfflineJudgeConfig:
     max_words: int = 24
     num_levels: int = 6
     dropout: float = 0.1
+    distance_head: bool = False
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,6 +132,7 @@ class OfflineJudgeModel(nn.Module):
         self.norm = nn.LayerNorm(cfg.dim)
         self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(3 * cfg.dim, cfg.num_levels))
         self.frame_head = nn.Linear(cfg.dim, cfg.num_levels)
+        self.distance_head = nn.Linear(cfg.dim, 1) if cfg.distance_head else None
         self.register_buffer("pixel_mean", torch.tensor([0.45, 0.45, 0.45]).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1), persistent=False)
 
@@ -132,7 +142,13 @@ class OfflineJudgeModel(nn.Module):
 
     def forward_with_frames(self, frames: torch.Tensor, mask: torch.Tensor,
                             words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Episode logits and per-frame logits (the level reached by each frame).
+        """Episode logits and per-frame logits (the level reached by each frame)."""
+        logits, frame_logits, _ = self.forward_all(frames, mask, words)
+        return logits, frame_logits
+
+    def forward_all(self, frames: torch.Tensor, mask: torch.Tensor,
+                    words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Episode logits, per-frame logits and (with ``distance_head``) per-frame distance predictions.
 
         Args:
             frames: (B, T, V, 3, S, S) uint8 or float in [0, 1]; padded frames are ignored via ``mask``.
@@ -140,7 +156,8 @@ class OfflineJudgeModel(nn.Module):
             words: (B, L) int64 hashed instruction words, 0 = padding.
 
         Returns:
-            (B, num_levels) episode logits, (B, T, num_levels) frame logits.
+            (B, num_levels) episode logits, (B, T, num_levels) frame logits, and (B, T) predicted
+            target distances in units of :data:`DISTANCE_UNIT_M` (None without ``distance_head``).
         """
         b, t, v, c, s, _ = frames.shape
         x = frames.float() / 255.0 if frames.dtype == torch.uint8 else frames.float()  # (B, T, V, 3, S, S)
@@ -159,7 +176,8 @@ class OfflineJudgeModel(nn.Module):
         pooled = (per_frame * m).sum(1) / m.sum(1).clamp_min(1.0)  # mean over real frames
         last = (mask.long().sum(1) - 1).clamp_min(0)  # (B,) index of the last real frame
         final = per_frame[torch.arange(b, device=per_frame.device), last]  # (B, D)
-        return self.head(torch.cat([out[:, 0], pooled, final], dim=-1)), self.frame_head(per_frame)
+        dist = None if self.distance_head is None else self.distance_head(per_frame)[..., 0]
+        return self.head(torch.cat([out[:, 0], pooled, final], dim=-1)), self.frame_head(per_frame), dist
 
     # ---- checkpoints -----------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path, dtype: str | None = None) -> Path:

@@ -17,6 +17,11 @@ probability ``prefix_prob`` a training episode is cut at a random frame t and la
 level at t, which is exactly the rubric level of the shorter episode.  Prefixes show the model the
 moments around the decision (carrying the cube, then releasing it in the bowl) that the final
 labels alone rarely contrast.
+
+With ``--distance-head`` the model also regresses, at every sampled frame, the target object's
+distance to its goal (``ground_truth.target_distance``, in 5 cm units, clipped at 20 cm): an auxiliary
+loss (weight ``distance_loss_weight``) that pushes the features to locate the object relative to the
+goal, which is what separates "touched or grasped" (level 4) from "done" (level 5).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from judges.offline.dataset import heldout_keys, iter_episodes, read_episode_ind
 from judges.offline.evaluate import grouped_accuracy, level_accuracy
 from judges.offline.features import collate, episode_inputs, frame_indices, hash_words, resize_frames
 from judges.sampling import sample_indices
-from judges.offline.model import OfflineJudgeConfig, OfflineJudgeModel
+from judges.offline.model import DISTANCE_CLIP_UNITS, DISTANCE_UNIT_M, OfflineJudgeConfig, OfflineJudgeModel
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,8 @@ class TrainConfig:
         prefix_prob: probability that a training episode is replaced by a random prefix of itself
             labelled with the level at its last frame (needs per-frame levels; 0 turns it off).
         prefix_stride: prefixes end on every ``prefix_stride``-th frame (frames kept in memory).
+        distance_loss_weight: weight of the distance head's loss (only with ``model.distance_head``;
+            frames without a recorded distance are ignored).
         augment: brightness/contrast jitter and small shifts during training.
         device: torch device.
         num_threads: torch CPU threads (None: torch's default); 1 shares a small CPU politely.
@@ -91,6 +98,7 @@ class TrainConfig:
     frame_loss_weight: float = 0.5
     prefix_prob: float = 0.5
     prefix_stride: int = 3
+    distance_loss_weight: float = 0.5
     augment: bool = True
     device: str = "cpu"
     num_threads: int | None = None
@@ -105,8 +113,9 @@ class TrainConfig:
         if not 0 <= self.prefix_prob <= 1 or self.prefix_stride < 1:
             raise ValueError(f"need 0 <= prefix_prob <= 1 and prefix_stride >= 1, got {self.prefix_prob}, "
                              f"{self.prefix_stride}")
-        if self.frame_loss_weight < 0:
-            raise ValueError(f"frame_loss_weight must be >= 0, got {self.frame_loss_weight}")
+        if self.frame_loss_weight < 0 or self.distance_loss_weight < 0:
+            raise ValueError(f"frame_loss_weight and distance_loss_weight must be >= 0, got "
+                             f"{self.frame_loss_weight}, {self.distance_loss_weight}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0 or None, got {self.max_minutes}")
         if self.num_threads is not None and self.num_threads < 1:
@@ -127,6 +136,7 @@ class _Stored:
     num_frames: int
     fps: float
     levels: np.ndarray | None  # (num_frames,) level so far at each frame, if recorded
+    distances: np.ndarray | None  # (num_frames,) target-to-goal distance (m) at each frame, if recorded
 
     @classmethod
     def from_episode(cls, ep: Any, source: str, cfg: TrainConfig) -> "_Stored":
@@ -138,10 +148,14 @@ class _Stored:
             grid = sample_indices(n, ep.fps, m.sample_fps, include_last=True)
             kept = np.unique(np.concatenate([grid, np.arange(0, n, cfg.prefix_stride), [n - 1]]))
         frames = torch.stack([resize_frames(np.asarray(ep.frames[v])[kept], m.image_size) for v in m.views], dim=1)
-        return cls(frames, kept, hash_words(ep.instruction, m), ep.label, source, n, ep.fps, levels)
+        dist = getattr(ep, "frame_distances", None)
+        return cls(frames, kept, hash_words(ep.instruction, m), ep.label, source, n, ep.fps, levels,
+                   None if dist is None else np.asarray(dist, np.float32))
 
     def sample(self, rng: np.random.Generator | None, cfg: TrainConfig) -> tuple:
-        """(frames, words, label, frame targets): the whole episode, or with ``prefix_prob`` a random prefix.
+        """(frames, words, label, frame level targets, frame distance targets): the whole episode, or with
+        ``prefix_prob`` a random prefix.  Missing level targets are -100, missing distances NaN; distances
+        are in :data:`~judges.offline.model.DISTANCE_UNIT_M` units, clipped.
 
         ``rng=None`` always gives the whole episode.
         """
@@ -156,7 +170,9 @@ class _Stored:
         assert np.array_equal(self.kept[pos], idx), "a prefix needs frames that were not kept"
         targets = (torch.full((len(idx),), -100, dtype=torch.int64) if self.levels is None
                    else torch.as_tensor(self.levels[idx], dtype=torch.int64))
-        return self.frames[pos], self.words, label, targets
+        dist = (torch.full((len(idx),), float("nan")) if self.distances is None else
+                torch.as_tensor(self.distances[idx] / DISTANCE_UNIT_M).clamp(0.0, DISTANCE_CLIP_UNITS))
+        return self.frames[pos], self.words, label, targets, dist
 
 
 def _load(cfg: TrainConfig) -> tuple[list, list]:
@@ -201,6 +217,14 @@ def _augment(frames: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def _pad_targets(targets: list[torch.Tensor], t: int) -> torch.Tensor:
     """(B, t) int64 per-frame targets, -100 beyond each episode's frames."""
     out = torch.full((len(targets), t), -100, dtype=torch.int64)
+    for i, y in enumerate(targets):
+        out[i, : min(t, len(y))] = y[:t]
+    return out
+
+
+def _pad_distances(targets: list[torch.Tensor], t: int) -> torch.Tensor:
+    """(B, t) float per-frame distance targets, NaN beyond each episode's frames."""
+    out = torch.full((len(targets), t), float("nan"))
     for i, y in enumerate(targets):
         out[i, : min(t, len(y))] = y[:t]
     return out
@@ -269,12 +293,17 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             frames, mask, words = collate([(f, w) for f, w, *_ in batch], cfg.model.max_frames)
             x = _augment(frames, gen) if cfg.augment else frames
             y = torch.tensor([b[2] for b in batch], device=cfg.device)
-            logits, frame_logits = model.forward_with_frames(x.to(cfg.device), mask.to(cfg.device), words.to(cfg.device))
+            logits, frame_logits, dist = model.forward_all(x.to(cfg.device), mask.to(cfg.device), words.to(cfg.device))
             loss = F.cross_entropy(logits, y, weight=weight, label_smoothing=0.05)
             y_frames = _pad_targets([b[3] for b in batch], frame_logits.shape[1]).to(cfg.device)
             if cfg.frame_loss_weight > 0 and (y_frames >= 0).any():
                 loss = loss + cfg.frame_loss_weight * F.cross_entropy(
                     frame_logits.flatten(0, 1), y_frames.flatten(), ignore_index=-100, label_smoothing=0.05)
+            if dist is not None and cfg.distance_loss_weight > 0:
+                d_true = _pad_distances([b[4] for b in batch], dist.shape[1]).to(cfg.device)
+                known = ~torch.isnan(d_true)
+                if known.any():
+                    loss = loss + cfg.distance_loss_weight * F.smooth_l1_loss(dist[known], d_true[known])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -336,6 +365,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                    help="weight of the per-frame level loss (0: episode labels only)")
     p.add_argument("--prefix-prob", type=float, default=0.5,
                    help="probability of training on a random prefix of an episode (0: whole episodes only)")
+    p.add_argument("--distance-head", action="store_true",
+                   help="add the auxiliary per-frame target-distance head (needs ground_truth.target_distance)")
+    p.add_argument("--distance-loss-weight", type=float, default=0.5, help="weight of the distance head's loss")
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -349,8 +381,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         data=a.data, out=a.out, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, val_fraction=a.val_fraction,
         seed=a.seed, max_episodes=a.max_episodes, max_steps=a.max_steps, max_minutes=a.max_minutes, class_weighting=not a.no_class_weighting,
         frame_loss_weight=a.frame_loss_weight, prefix_prob=a.prefix_prob,
-        augment=not a.no_augment, device=a.device, num_threads=a.threads, weights_dtype=a.weights_dtype,
-        model=OfflineJudgeConfig(image_size=a.image_size, dim=a.dim, layers=a.layers),
+        distance_loss_weight=a.distance_loss_weight, augment=not a.no_augment, device=a.device, num_threads=a.threads, weights_dtype=a.weights_dtype,
+        model=OfflineJudgeConfig(image_size=a.image_size, dim=a.dim, layers=a.layers, distance_head=a.distance_head),
     )
 
 

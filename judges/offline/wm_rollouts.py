@@ -17,8 +17,8 @@ The output is a dataset directory in the same layout as ``neuralsim data generat
 ``benchmarks/judge_accuracy.py``.  A replay keeps its source's ``episode_index`` (also stored as
 ``source_episode_index``, which keeps a scene and its replay on the same side of the training
 split) and records ``source: "world_model"``, the checkpoint and the world-model noise seed; the
-source's per-frame ``ground_truth.rubric_level`` column is copied too (frame t of the replay shows
-the same simulator state as frame t of the source).
+source's per-frame ``ground_truth.*`` columns (rubric level, success, target distance) are copied too
+(frame t of the replay shows the same simulator state as frame t of the source).
 Re-running resumes: episodes already listed in ``meta/episodes.jsonl`` are skipped.
 
 Episodes run ``batch_size`` at a time in one batched world model (:class:`NeuralDROIDVectorEnv`);
@@ -118,7 +118,7 @@ def replay(cfg: ReplayConfig) -> dict[str, Any]:
     import torch
     from tqdm import tqdm
 
-    from judges.offline.dataset import read_frame_levels
+    from judges.offline.dataset import read_ground_truth
     from neuralsim.data import writer as W
     from neuralsim.data.reader import list_episodes, load_episode
     from neuralsim.envs.episodes import EpisodeSet, EpisodeSpec
@@ -158,7 +158,7 @@ def replay(cfg: ReplayConfig) -> dict[str, Any]:
             rows[i] = {"record": rec, "actions": np.asarray(src.actions, np.float32), "step": 0,
                        "spec": EpisodeSpec.from_episode(src, name=f"replay_{int(rec['episode_index']):06d}"),
                        "seed": int(rec.get("seed", rec["episode_index"])),
-                       "frame_levels": read_frame_levels(cfg.data, int(rec["episode_index"]))}
+                       "truth": read_ground_truth(cfg.data, int(rec["episode_index"]))}
             assign.append(i)
         if not assign:
             return
@@ -176,8 +176,8 @@ def replay(cfg: ReplayConfig) -> dict[str, Any]:
         ep = env.episode(i)
         row = rows[i]
         noise_seed = int(ep.metadata.get("noise_seed", -1))
-        levels = row["frame_levels"]
-        extra = None if levels is None or len(levels) < ep.num_frames else {"rubric_level": levels[: ep.num_frames]}
+        n = ep.num_frames  # a column that does not cover the replay is dropped rather than guessed
+        extra = {k: v[:n] for k, v in row["truth"].items() if len(v) >= n} or None
         W.write_episode(cfg.out, ep, int(row["record"]["episode_index"]), extra_columns=extra)
         W.append_record(cfg.out, _record(ep, row["record"], str(cfg.checkpoint), noise_seed))
         written += 1

@@ -152,11 +152,15 @@ def episode():
 FAST = "initial_backoff_s=0.001&max_backoff_s=0.01&max_attempts=3"
 
 
-def write_synthetic_dataset(root, num_episodes: int = 12, num_frames: int = 61, size: int = 32, seed: int = 0):
+def write_synthetic_dataset(root, num_episodes: int = 12, num_frames: int = 61, size: int = 32, seed: int = 0,
+                            ground_truth: bool = False):
     """A tiny labelled dataset in the SimDROID layout (meta/info.json, meta/episodes.jsonl, videos/<view>/...).
 
     The rubric level is visible: a bright square slides right in the exterior views by an amount
-    that grows with the level, so a model can learn it; the wrist view is noise.
+    that grows with the level, so a model can learn it; the wrist view is noise.  With
+    ``ground_truth`` each episode also gets ``data/episode_XXXXXX.parquet`` with the per-frame
+    ``ground_truth.rubric_level`` and ``ground_truth.target_distance`` (the square's distance to the
+    right edge, 0.01 m per pixel).
     """
     from pathlib import Path
 
@@ -181,6 +185,18 @@ def write_synthetic_dataset(root, num_episodes: int = 12, num_frames: int = 61, 
                 x = rng.integers(0, 255, x.shape, dtype=np.uint8)
             (root / "videos" / v).mkdir(parents=True, exist_ok=True)
             write_video(str(root / "videos" / v / f"episode_{i:06d}.mp4"), x, fps=15)
+        if ground_truth:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            t = np.arange(num_frames)
+            pos = (2 + (size - 10) * (level / 5) * t / (num_frames - 1)).astype(int)
+            (root / "data").mkdir(exist_ok=True)
+            pq.write_table(pa.table({
+                "episode_index": np.full(num_frames, i, np.int64),
+                "ground_truth.rubric_level": np.minimum(t * 6 // num_frames, level).astype(np.int8),
+                "ground_truth.target_distance": (0.01 * (size - 8 - pos)).astype(np.float32)}),
+                root / "data" / f"episode_{i:06d}.parquet")
         rows.append({"episode_index": i, "task": "put the red cube in the bowl", "family": f"fam{i % 2}",
                      "seed": i, "success": level == 5, "rubric_level": level, "failure": None})
     (root / "meta" / "episodes.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")

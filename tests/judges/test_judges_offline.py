@@ -205,7 +205,8 @@ def _write_source_dataset(root, lengths=(5, 8, 3), size=16):
                                             1).astype(np.float32),
                      instruction="put the red cube in the blue bowl")
         level = [5, 4, 0][i]
-        W.write_episode(root, ep, i, extra_columns={"rubric_level": np.minimum(np.arange(n), level).astype(np.int8)})
+        W.write_episode(root, ep, i, extra_columns={"rubric_level": np.minimum(np.arange(n), level).astype(np.int8),
+                                                    "target_distance": np.linspace(0.3, 0.01 * i, n, dtype=np.float32)})
         rec = W.episode_record(ep, i, task="put_in_bowl", family="put_in_bowl", seed=100 + i, success=i == 0,
                                rubric_level=level, failure=None)
         W.append_record(root, rec)
@@ -236,6 +237,13 @@ def test_world_model_replays_keep_the_simdroid_label(tmp_path, tiny_checkpoint):
     ep = next(iter_episodes(tmp_path / "wm", rows[:1]))
     assert ep.label == 5 and ep.frames["wrist_image_left"].shape == (5, 16, 16, 3)
     assert ep.frame_levels.tolist() == [0, 1, 2, 3, 4]  # the source's per-frame truth, copied
+    from judges.offline.dataset import read_ground_truth
+
+    for r in rows:  # every ground_truth column, frame for frame
+        a, b = read_ground_truth(src, r["episode_index"]), read_ground_truth(tmp_path / "wm", r["episode_index"])
+        assert set(b) == {"rubric_level", "target_distance"}
+        for k in a:
+            np.testing.assert_array_equal(b[k], a[k])
     again = replay(cfg)  # resumes: nothing left to do
     assert (again["written"], again["skipped"], again["total"]) == (0, 3, 3)
     other = shutil.copytree(tiny_checkpoint, tmp_path / "other_world_model")
@@ -251,13 +259,14 @@ def test_training_prefixes_carry_the_level_at_their_end():
     ep.frame_levels = np.minimum(np.arange(61) // 10, 5)
     ep.label = 5
     stored = _Stored.from_episode(ep, "src", cfg)
-    frames, _, label, targets = stored.sample(None, cfg)  # the whole episode
+    frames, _, label, targets, dist = stored.sample(None, cfg)  # the whole episode
     idx = frame_indices(61, 15.0, TINY)
     assert label == 5 and targets.tolist() == np.minimum(idx // 10, 5).tolist()
+    assert torch.isnan(dist).all()  # no recorded distances: ignored by the loss
     torch.testing.assert_close(frames, episode_inputs(ep, TINY)[0])
     rng = np.random.default_rng(0)
     for _ in range(20):
-        frames, _, label, targets = stored.sample(rng, cfg)
+        frames, _, label, targets, _ = stored.sample(rng, cfg)
         n = len(targets)
         assert frames.shape[0] == n and label == targets[-1] and 1 <= n <= 5
     plain = make_episode(num_frames=61, size=16)
@@ -270,3 +279,51 @@ def test_training_prefixes_carry_the_level_at_their_end():
     logits, frame_logits = model.forward_with_frames(*x)
     assert logits.shape == (2, 6) and frame_logits.shape == (2, len(idx), 6)
     torch.testing.assert_close(model(*x), logits)
+
+
+def test_distance_head_targets_and_learning(tmp_path):
+    """The auxiliary head: targets in 5 cm units clipped at 20 cm, off by default, and it learns from them."""
+    from judges.offline.model import DISTANCE_CLIP_UNITS, DISTANCE_UNIT_M
+    from judges.offline.train import TrainConfig, _Stored
+
+    cfg = TrainConfig(data=["unused"], model=TINY, prefix_prob=0.0)
+    ep = make_episode(num_frames=61, size=16, seed=4)
+    ep.frame_distances = np.linspace(0.5, 0.0, 61).astype(np.float32)
+    ep.label = 5
+    dist = _Stored.from_episode(ep, "src", cfg).sample(None, cfg)[4]
+    idx = frame_indices(61, 15.0, TINY)
+    expect = np.clip(ep.frame_distances[idx] / DISTANCE_UNIT_M, 0, DISTANCE_CLIP_UNITS)
+    np.testing.assert_allclose(dist.numpy(), expect, rtol=1e-5)
+    assert dist.max() == DISTANCE_CLIP_UNITS and dist[-1] == 0.0
+
+    x = collate([episode_inputs(ep, TINY)], TINY.max_frames)
+    assert OfflineJudgeModel(TINY).forward_all(*x)[2] is None  # off by default: old checkpoints load unchanged
+    torch.manual_seed(0)
+    with_head = OfflineJudgeConfig(**{**TINY.__dict__, "distance_head": True})
+    model = OfflineJudgeModel(with_head)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    first = None
+    for _ in range(60):
+        loss = torch.nn.functional.smooth_l1_loss(model.forward_all(*x)[2][0], dist)
+        first = float(loss.detach()) if first is None else first
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(loss.detach()) < 0.1 * first
+    model.save_pretrained(tmp_path)
+    assert OfflineJudgeModel.from_pretrained(tmp_path).config.distance_head
+
+
+def test_train_script_with_distance_head(tmp_path):
+    data = write_synthetic_dataset(tmp_path / "sim", num_episodes=6, ground_truth=True)
+    ep = next(iter_episodes(data, read_episode_index(data)[3:4]))  # level 5
+    assert ep.frame_levels[-1] == 5 and ep.frame_distances.shape == (61,) and ep.frame_distances[-1] < 0.05
+    out = tmp_path / "weights"
+    cmd = [sys.executable, "-m", "judges.offline.train", "--data", str(data), "--out", str(out), "--epochs", "2",
+           "--batch-size", "3", "--image-size", "32", "--dim", "32", "--layers", "1", "--val-fraction", "0.34",
+           "--distance-head"]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    model = OfflineJudgeModel.from_pretrained(out)
+    assert model.config.distance_head and model.distance_head is not None
+    j = make_roboworld(f"offline/{out}")(make_episode(num_frames=61, size=32))
+    assert j.ok and j.score in {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}

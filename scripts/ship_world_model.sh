@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Ship a trained world model as the package default and re-measure it (issue 4's routine).
+#   bash scripts/ship_world_model.sh runs/diag/step_forcing/model     # convert, then all benchmarks
+#   SKIP_EVAL=1 bash scripts/ship_world_model.sh runs/sf/model          # convert only
+# Writes neuralsim/assets/world_model/ in float16 (from_pretrained casts back to float32), then runs,
+# one thread each so that two run side by side on this 2-core machine: the full fidelity benchmark
+# (held-out + OOD) beside the optimism-bias benchmark, then the throughput benchmark alone (timing
+# needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.
+# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .venv/bin/activate
+SRC="${1:?usage: ship_world_model.sh MODEL_DIR}"
+DST=neuralsim/assets/world_model
+HELDOUT="${HELDOUT:-data/simdroid_heldout}"; OOD="${OOD:-data/simdroid_ood}"
+OB_EPISODES="${OB_EPISODES:-9}"; LOGS="${LOGS:-runs/ship}"
+export MUJOCO_GL="${MUJOCO_GL:-egl}"
+mkdir -p "$LOGS"
+
+echo "== $(date -u +%FT%TZ) converting $SRC -> $DST (float16)"
+python - "$SRC" "$DST" <<'EOF'
+import sys
+
+import torch
+
+from neuralsim.world_model.model import WorldModel
+
+src, dst = sys.argv[1:]
+model = WorldModel.from_pretrained(src)
+model.save_pretrained(dst, dtype=torch.float16)
+back = WorldModel.from_pretrained(dst)  # refuses a corrupt or mismatched file
+worst = max((a - b).abs().max().item() for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+print(f"shipped {src} -> {dst}; recipe {back.config.recipe.get('dit_step_forcing_steps')} Step Forcing steps; "
+      f"largest float16 rounding error {worst:.2e}")
+EOF
+[ -n "${SKIP_EVAL:-}" ] && exit 0
+
+echo "== $(date -u +%FT%TZ) fidelity (full) beside optimism bias ($OB_EPISODES episodes)"
+python -m benchmarks.fidelity --checkpoint "$DST" --data "$HELDOUT" --ood-data "$OOD" --threads 1 \
+    --batch-size 30 --no-progress > "$LOGS/fidelity.log" 2>&1 &
+fid=$!
+python -m benchmarks.optimism_bias --episodes "$OB_EPISODES" --threads 1 --videos outputs/optimism \
+    --no-progress > "$LOGS/optimism_bias.log" 2>&1 &
+ob=$!
+status=0
+wait "$fid" || { echo "fidelity failed, see $LOGS/fidelity.log"; status=1; }
+wait "$ob" || { echo "optimism bias failed, see $LOGS/optimism_bias.log"; status=1; }
+echo "== $(date -u +%FT%TZ) throughput (idle machine)"
+python -m benchmarks.throughput --shipped --env > "$LOGS/throughput.log" 2>&1 || { echo "throughput failed"; status=1; }
+tail -n 25 "$LOGS"/fidelity.log "$LOGS"/optimism_bias.log "$LOGS"/throughput.log
+echo "== $(date -u +%FT%TZ) done (status $status)"
+exit "$status"
