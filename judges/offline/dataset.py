@@ -33,7 +33,7 @@ class LabelledEpisode:
     label: int
     metadata: dict[str, Any] = field(default_factory=dict)
     frame_levels: np.ndarray | None = None  # (T,) rubric level so far at each frame, when recorded
-    frame_distances: np.ndarray | None = None  # (T,) metres from the target object to its goal, when recorded
+    frame_distances: np.ndarray | None = None  # (T,) metres from the gripper to the target object, when recorded
 
 
 def read_episode_index(root: str | Path) -> list[dict[str, Any]]:
@@ -107,24 +107,11 @@ FRAME_LEVEL_COLUMN = "ground_truth.rubric_level"
 FRAME_DISTANCE_COLUMN = "ground_truth.target_distance"
 
 
-def read_frame_levels(root: str | Path, episode_index: int) -> np.ndarray | None:
-    """The per-frame ``ground_truth.rubric_level`` column of ``data/episode_XXXXXX.parquet``, if there is one."""
-    path = Path(root) / "data" / f"episode_{episode_index:06d}.parquet"
-    if not path.is_file():
-        return None
-    import pyarrow.parquet as pq
-
-    if FRAME_LEVEL_COLUMN not in pq.read_schema(path).names:
-        return None
-    col = pq.read_table(path, columns=[FRAME_LEVEL_COLUMN]).column(0)
-    return np.asarray(col.to_numpy(zero_copy_only=False), np.int64)
-
-
 def read_ground_truth(root: str | Path, episode_index: int) -> dict[str, np.ndarray]:
     """Every per-frame ``ground_truth.<name>`` column of ``data/episode_XXXXXX.parquet``, keyed by ``<name>``.
 
     Empty when the file or the columns are missing.  SimDROID records ``rubric_level``, ``success`` and
-    ``target_distance`` (metres from the target object to its goal).
+    ``target_distance`` (metres from the gripper's tool centre point to the target object).
     """
     path = Path(root) / "data" / f"episode_{episode_index:06d}.parquet"
     if not path.is_file():
@@ -136,6 +123,20 @@ def read_ground_truth(root: str | Path, episode_index: int) -> dict[str, np.ndar
         return {}
     table = pq.read_table(path, columns=names)
     return {n.split(".", 1)[1]: np.asarray(table.column(n).to_numpy(zero_copy_only=False)) for n in names}
+
+
+def final_goal_offset(row: dict[str, Any]) -> np.ndarray | None:
+    """Where the target object ended relative to its goal: (dx, dy) in metres, from an episode record.
+
+    The goal is the bowl (``put_in_bowl``), the pad (``push_to_pad``) or the base cube (``stack``),
+    all at their final poses (SimDROID records ``final_poses``, ``target``, ``base``).  None when the
+    record lacks them (other datasets, real data).
+    """
+    poses, target, family = row.get("final_poses"), row.get("target"), row.get("family")
+    goal = {"put_in_bowl": "bowl", "push_to_pad": "pad"}.get(family, row.get("base") if family == "stack" else None)
+    if not isinstance(poses, dict) or target not in poses or goal not in poses:
+        return None
+    return (np.asarray(poses[target][:2], np.float64) - np.asarray(poses[goal][:2], np.float64)).astype(np.float32)
 
 
 def load_episode(root: str | Path, row: dict[str, Any], fps: float | None = None) -> LabelledEpisode:

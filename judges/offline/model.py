@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -48,10 +49,13 @@ class OfflineJudgeConfig:
         max_words: instruction words kept.
         num_levels: rubric levels (0..5 -> 6).
         dropout: dropout in the transformer and head.
-        distance_head: add a per-frame regression head for the target object's distance to its goal
-            (trained from the simulator's ``ground_truth.target_distance``; an auxiliary task that
-            makes the features locate the object relative to the goal -- the difference between
-            rubric levels 4 and 5).  The rubric prediction does not read it.
+        distance_head: add a per-frame regression head for the gripper-to-target-object distance
+            (trained from the simulator's ``ground_truth.target_distance``): an auxiliary task that
+            makes the frame features locate the gripper and the object.
+        goal_head: add an episode-level regression head, on the last frame's features, for where
+            the target object ended relative to its goal ((dx, dy), from the episode record's final
+            poses): an auxiliary task aimed at what separates "touched or grasped" (level 4) from
+            "done" (level 5).  Neither head feeds the rubric prediction; both only shape the features.
     """
 
     image_size: int = 64
@@ -69,6 +73,7 @@ class OfflineJudgeConfig:
     num_levels: int = 6
     dropout: float = 0.1
     distance_head: bool = False
+    goal_head: bool = False
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -114,6 +119,22 @@ class ViewEncoder(nn.Module):
         return torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3))], dim=1)  # (N, 2C)
 
 
+class JudgeOutputs(NamedTuple):
+    """What :meth:`OfflineJudgeModel.forward_all` returns.
+
+    Attributes:
+        logits: (B, num_levels) episode rubric-level logits.
+        frame_logits: (B, T, num_levels) level-so-far logits per sampled frame.
+        distance: (B, T) gripper-to-target distance per frame (None without ``distance_head``).
+        goal_offset: (B, 2) final target offset from its goal (None without ``goal_head``).
+    """
+
+    logits: torch.Tensor
+    frame_logits: torch.Tensor
+    distance: torch.Tensor | None
+    goal_offset: torch.Tensor | None
+
+
 class OfflineJudgeModel(nn.Module):
     """Predicts rubric-level logits from sampled multi-view frames and the instruction."""
 
@@ -133,6 +154,7 @@ class OfflineJudgeModel(nn.Module):
         self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(3 * cfg.dim, cfg.num_levels))
         self.frame_head = nn.Linear(cfg.dim, cfg.num_levels)
         self.distance_head = nn.Linear(cfg.dim, 1) if cfg.distance_head else None
+        self.goal_head = nn.Linear(cfg.dim, 2) if cfg.goal_head else None
         self.register_buffer("pixel_mean", torch.tensor([0.45, 0.45, 0.45]).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1), persistent=False)
 
@@ -143,12 +165,11 @@ class OfflineJudgeModel(nn.Module):
     def forward_with_frames(self, frames: torch.Tensor, mask: torch.Tensor,
                             words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Episode logits and per-frame logits (the level reached by each frame)."""
-        logits, frame_logits, _ = self.forward_all(frames, mask, words)
-        return logits, frame_logits
+        out = self.forward_all(frames, mask, words)
+        return out.logits, out.frame_logits
 
-    def forward_all(self, frames: torch.Tensor, mask: torch.Tensor,
-                    words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Episode logits, per-frame logits and (with ``distance_head``) per-frame distance predictions.
+    def forward_all(self, frames: torch.Tensor, mask: torch.Tensor, words: torch.Tensor) -> "JudgeOutputs":
+        """Every output: episode and per-frame logits, and the auxiliary heads' predictions.
 
         Args:
             frames: (B, T, V, 3, S, S) uint8 or float in [0, 1]; padded frames are ignored via ``mask``.
@@ -156,8 +177,7 @@ class OfflineJudgeModel(nn.Module):
             words: (B, L) int64 hashed instruction words, 0 = padding.
 
         Returns:
-            (B, num_levels) episode logits, (B, T, num_levels) frame logits, and (B, T) predicted
-            target distances in units of :data:`DISTANCE_UNIT_M` (None without ``distance_head``).
+            :class:`JudgeOutputs`; distances and offsets are in units of :data:`DISTANCE_UNIT_M`.
         """
         b, t, v, c, s, _ = frames.shape
         x = frames.float() / 255.0 if frames.dtype == torch.uint8 else frames.float()  # (B, T, V, 3, S, S)
@@ -176,8 +196,12 @@ class OfflineJudgeModel(nn.Module):
         pooled = (per_frame * m).sum(1) / m.sum(1).clamp_min(1.0)  # mean over real frames
         last = (mask.long().sum(1) - 1).clamp_min(0)  # (B,) index of the last real frame
         final = per_frame[torch.arange(b, device=per_frame.device), last]  # (B, D)
-        dist = None if self.distance_head is None else self.distance_head(per_frame)[..., 0]
-        return self.head(torch.cat([out[:, 0], pooled, final], dim=-1)), self.frame_head(per_frame), dist
+        return JudgeOutputs(
+            logits=self.head(torch.cat([out[:, 0], pooled, final], dim=-1)),
+            frame_logits=self.frame_head(per_frame),
+            distance=None if self.distance_head is None else self.distance_head(per_frame)[..., 0],
+            goal_offset=None if self.goal_head is None else self.goal_head(final),
+        )
 
     # ---- checkpoints -----------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path, dtype: str | None = None) -> Path:

@@ -18,10 +18,13 @@ level at t, which is exactly the rubric level of the shorter episode.  Prefixes 
 moments around the decision (carrying the cube, then releasing it in the bowl) that the final
 labels alone rarely contrast.
 
-With ``--distance-head`` the model also regresses, at every sampled frame, the target object's
-distance to its goal (``ground_truth.target_distance``, in 5 cm units, clipped at 20 cm): an auxiliary
-loss (weight ``distance_loss_weight``) that pushes the features to locate the object relative to the
-goal, which is what separates "touched or grasped" (level 4) from "done" (level 5).
+Two optional auxiliary heads shape the features with the simulator's geometry (in 5 cm units,
+clipped at 20 cm; Huber loss, weight ``aux_loss_weight``; neither feeds the rubric prediction):
+``--distance-head`` regresses the gripper-to-target distance at every sampled frame
+(``ground_truth.target_distance``), ``--goal-head`` regresses where the target object ended
+relative to its goal, (dx, dy), from the last frame of a whole episode (the record's final poses; a
+prefix has no such label).  The second aims at what separates "touched or grasped" (level 4) from
+"done" (level 5).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from judges.offline import DEFAULT_WEIGHTS_DIR
-from judges.offline.dataset import heldout_keys, iter_episodes, read_episode_index, split_key, split_rows
+from judges.offline.dataset import (final_goal_offset, heldout_keys, iter_episodes, read_episode_index, split_key,
+                                    split_rows)
 from judges.offline.evaluate import grouped_accuracy, level_accuracy
 from judges.offline.features import collate, episode_inputs, frame_indices, hash_words, resize_frames
 from judges.sampling import sample_indices
@@ -73,8 +77,8 @@ class TrainConfig:
         prefix_prob: probability that a training episode is replaced by a random prefix of itself
             labelled with the level at its last frame (needs per-frame levels; 0 turns it off).
         prefix_stride: prefixes end on every ``prefix_stride``-th frame (frames kept in memory).
-        distance_loss_weight: weight of the distance head's loss (only with ``model.distance_head``;
-            frames without a recorded distance are ignored).
+        aux_loss_weight: weight of each auxiliary head's loss (``model.distance_head``,
+            ``model.goal_head``); targets that were not recorded are ignored.
         augment: brightness/contrast jitter and small shifts during training.
         device: torch device.
         num_threads: torch CPU threads (None: torch's default); 1 shares a small CPU politely.
@@ -98,7 +102,7 @@ class TrainConfig:
     frame_loss_weight: float = 0.5
     prefix_prob: float = 0.5
     prefix_stride: int = 3
-    distance_loss_weight: float = 0.5
+    aux_loss_weight: float = 0.5
     augment: bool = True
     device: str = "cpu"
     num_threads: int | None = None
@@ -113,9 +117,9 @@ class TrainConfig:
         if not 0 <= self.prefix_prob <= 1 or self.prefix_stride < 1:
             raise ValueError(f"need 0 <= prefix_prob <= 1 and prefix_stride >= 1, got {self.prefix_prob}, "
                              f"{self.prefix_stride}")
-        if self.frame_loss_weight < 0 or self.distance_loss_weight < 0:
-            raise ValueError(f"frame_loss_weight and distance_loss_weight must be >= 0, got "
-                             f"{self.frame_loss_weight}, {self.distance_loss_weight}")
+        if self.frame_loss_weight < 0 or self.aux_loss_weight < 0:
+            raise ValueError(f"frame_loss_weight and aux_loss_weight must be >= 0, got "
+                             f"{self.frame_loss_weight}, {self.aux_loss_weight}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0 or None, got {self.max_minutes}")
         if self.num_threads is not None and self.num_threads < 1:
@@ -136,7 +140,8 @@ class _Stored:
     num_frames: int
     fps: float
     levels: np.ndarray | None  # (num_frames,) level so far at each frame, if recorded
-    distances: np.ndarray | None  # (num_frames,) target-to-goal distance (m) at each frame, if recorded
+    distances: np.ndarray | None  # (num_frames,) gripper-to-target distance (m) at each frame, if recorded
+    goal: np.ndarray | None  # (2,) final target offset from its goal (m), if recorded
 
     @classmethod
     def from_episode(cls, ep: Any, source: str, cfg: TrainConfig) -> "_Stored":
@@ -150,12 +155,14 @@ class _Stored:
         frames = torch.stack([resize_frames(np.asarray(ep.frames[v])[kept], m.image_size) for v in m.views], dim=1)
         dist = getattr(ep, "frame_distances", None)
         return cls(frames, kept, hash_words(ep.instruction, m), ep.label, source, n, ep.fps, levels,
-                   None if dist is None else np.asarray(dist, np.float32))
+                   None if dist is None else np.asarray(dist, np.float32),
+                   final_goal_offset(getattr(ep, "metadata", None) or {}))
 
     def sample(self, rng: np.random.Generator | None, cfg: TrainConfig) -> tuple:
-        """(frames, words, label, frame level targets, frame distance targets): the whole episode, or with
-        ``prefix_prob`` a random prefix.  Missing level targets are -100, missing distances NaN; distances
-        are in :data:`~judges.offline.model.DISTANCE_UNIT_M` units, clipped.
+        """(frames, words, label, frame levels, frame distances, goal offset): the whole episode, or with
+        ``prefix_prob`` a random prefix.  Missing levels are -100, missing distances and offsets NaN
+        (a prefix has no goal offset); lengths are in :data:`~judges.offline.model.DISTANCE_UNIT_M`
+        units, clipped to :data:`~judges.offline.model.DISTANCE_CLIP_UNITS`.
 
         ``rng=None`` always gives the whole episode.
         """
@@ -172,7 +179,9 @@ class _Stored:
                    else torch.as_tensor(self.levels[idx], dtype=torch.int64))
         dist = (torch.full((len(idx),), float("nan")) if self.distances is None else
                 torch.as_tensor(self.distances[idx] / DISTANCE_UNIT_M).clamp(0.0, DISTANCE_CLIP_UNITS))
-        return self.frames[pos], self.words, label, targets, dist
+        goal = (torch.full((2,), float("nan")) if self.goal is None or end != self.num_frames - 1 else
+                torch.as_tensor(self.goal / DISTANCE_UNIT_M).clamp(-DISTANCE_CLIP_UNITS, DISTANCE_CLIP_UNITS))
+        return self.frames[pos], self.words, label, targets, dist, goal
 
 
 def _load(cfg: TrainConfig) -> tuple[list, list]:
@@ -293,17 +302,22 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             frames, mask, words = collate([(f, w) for f, w, *_ in batch], cfg.model.max_frames)
             x = _augment(frames, gen) if cfg.augment else frames
             y = torch.tensor([b[2] for b in batch], device=cfg.device)
-            logits, frame_logits, dist = model.forward_all(x.to(cfg.device), mask.to(cfg.device), words.to(cfg.device))
+            out = model.forward_all(x.to(cfg.device), mask.to(cfg.device), words.to(cfg.device))
+            logits, frame_logits = out.logits, out.frame_logits
             loss = F.cross_entropy(logits, y, weight=weight, label_smoothing=0.05)
             y_frames = _pad_targets([b[3] for b in batch], frame_logits.shape[1]).to(cfg.device)
             if cfg.frame_loss_weight > 0 and (y_frames >= 0).any():
                 loss = loss + cfg.frame_loss_weight * F.cross_entropy(
                     frame_logits.flatten(0, 1), y_frames.flatten(), ignore_index=-100, label_smoothing=0.05)
-            if dist is not None and cfg.distance_loss_weight > 0:
-                d_true = _pad_distances([b[4] for b in batch], dist.shape[1]).to(cfg.device)
-                known = ~torch.isnan(d_true)
-                if known.any():
-                    loss = loss + cfg.distance_loss_weight * F.smooth_l1_loss(dist[known], d_true[known])
+            aux = []
+            if out.distance is not None:
+                aux.append((out.distance, _pad_distances([b[4] for b in batch], out.distance.shape[1])))
+            if out.goal_offset is not None:
+                aux.append((out.goal_offset, torch.stack([b[5] for b in batch])))
+            for pred, true in aux:
+                known = ~torch.isnan(true.to(cfg.device))
+                if cfg.aux_loss_weight > 0 and known.any():
+                    loss = loss + cfg.aux_loss_weight * F.smooth_l1_loss(pred[known], true.to(cfg.device)[known])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -366,8 +380,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--prefix-prob", type=float, default=0.5,
                    help="probability of training on a random prefix of an episode (0: whole episodes only)")
     p.add_argument("--distance-head", action="store_true",
-                   help="add the auxiliary per-frame target-distance head (needs ground_truth.target_distance)")
-    p.add_argument("--distance-loss-weight", type=float, default=0.5, help="weight of the distance head's loss")
+                   help="auxiliary per-frame gripper-to-target distance head (needs ground_truth.target_distance)")
+    p.add_argument("--goal-head", action="store_true",
+                   help="auxiliary head: final target offset from its goal (needs final_poses in the records)")
+    p.add_argument("--aux-loss-weight", type=float, default=0.5, help="weight of each auxiliary head's loss")
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -381,8 +397,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         data=a.data, out=a.out, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, val_fraction=a.val_fraction,
         seed=a.seed, max_episodes=a.max_episodes, max_steps=a.max_steps, max_minutes=a.max_minutes, class_weighting=not a.no_class_weighting,
         frame_loss_weight=a.frame_loss_weight, prefix_prob=a.prefix_prob,
-        distance_loss_weight=a.distance_loss_weight, augment=not a.no_augment, device=a.device, num_threads=a.threads, weights_dtype=a.weights_dtype,
-        model=OfflineJudgeConfig(image_size=a.image_size, dim=a.dim, layers=a.layers, distance_head=a.distance_head),
+        aux_loss_weight=a.aux_loss_weight, augment=not a.no_augment, device=a.device, num_threads=a.threads, weights_dtype=a.weights_dtype,
+        model=OfflineJudgeConfig(image_size=a.image_size, dim=a.dim, layers=a.layers, distance_head=a.distance_head,
+                                 goal_head=a.goal_head),
     )
 
 

@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 #: Value of the ``source`` field of every record written here.
 SOURCE = "world_model"
 #: Fields copied from the source episode's record (the ground truth and what groups it).
-COPIED_FIELDS = ("task", "family", "seed", "success", "rubric_level", "failure", "noise", "target", "base")
+COPIED_FIELDS = ("task", "family", "seed", "success", "rubric_level", "failure", "noise", "target", "base", "colors",
+                 "grasped_object", "final_target_distance", "initial_poses", "final_poses")
 
 
 @dataclass

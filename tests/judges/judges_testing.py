@@ -160,7 +160,8 @@ def write_synthetic_dataset(root, num_episodes: int = 12, num_frames: int = 61, 
     that grows with the level, so a model can learn it; the wrist view is noise.  With
     ``ground_truth`` each episode also gets ``data/episode_XXXXXX.parquet`` with the per-frame
     ``ground_truth.rubric_level`` and ``ground_truth.target_distance`` (the square's distance to the
-    right edge, 0.01 m per pixel).
+    right edge, 0.01 m per pixel), and its record the ``target`` and ``final_poses`` of a
+    ``put_in_bowl`` episode whose cube ends 0.1 m * (5 - level) from the bowl.
     """
     from pathlib import Path
 
@@ -199,5 +200,8 @@ def write_synthetic_dataset(root, num_episodes: int = 12, num_frames: int = 61, 
                 root / "data" / f"episode_{i:06d}.parquet")
         rows.append({"episode_index": i, "task": "put the red cube in the bowl", "family": f"fam{i % 2}",
                      "seed": i, "success": level == 5, "rubric_level": level, "failure": None})
+        if ground_truth:
+            rows[-1].update(family="put_in_bowl", target="red_cube", final_poses={
+                "red_cube": [0.5 + 0.1 * (5 - level), 0.0, 0.03, 1, 0, 0, 0], "bowl": [0.5, 0.0, 0.0, 1, 0, 0, 0]})
     (root / "meta" / "episodes.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return root

@@ -259,14 +259,14 @@ def test_training_prefixes_carry_the_level_at_their_end():
     ep.frame_levels = np.minimum(np.arange(61) // 10, 5)
     ep.label = 5
     stored = _Stored.from_episode(ep, "src", cfg)
-    frames, _, label, targets, dist = stored.sample(None, cfg)  # the whole episode
+    frames, _, label, targets, dist, goal = stored.sample(None, cfg)  # the whole episode
     idx = frame_indices(61, 15.0, TINY)
     assert label == 5 and targets.tolist() == np.minimum(idx // 10, 5).tolist()
-    assert torch.isnan(dist).all()  # no recorded distances: ignored by the loss
+    assert torch.isnan(dist).all() and torch.isnan(goal).all()  # not recorded: ignored by the loss
     torch.testing.assert_close(frames, episode_inputs(ep, TINY)[0])
     rng = np.random.default_rng(0)
     for _ in range(20):
-        frames, _, label, targets, _ = stored.sample(rng, cfg)
+        frames, _, label, targets, *_ = stored.sample(rng, cfg)
         n = len(targets)
         assert frames.shape[0] == n and label == targets[-1] and 1 <= n <= 5
     plain = make_episode(num_frames=61, size=16)
@@ -281,8 +281,21 @@ def test_training_prefixes_carry_the_level_at_their_end():
     torch.testing.assert_close(model(*x), logits)
 
 
-def test_distance_head_targets_and_learning(tmp_path):
-    """The auxiliary head: targets in 5 cm units clipped at 20 cm, off by default, and it learns from them."""
+def test_final_goal_offset_from_the_record():
+    from judges.offline.dataset import final_goal_offset
+
+    poses = {"red_cube": [0.62, -0.1, 0.03], "blue_cube": [0.6, -0.12, 0.03], "bowl": [0.5, 0.1, 0], "pad": [0.4, 0, 0]}
+    row = {"family": "put_in_bowl", "target": "red_cube", "base": None, "final_poses": poses}
+    np.testing.assert_allclose(final_goal_offset(row), [0.12, -0.2], atol=1e-6)
+    np.testing.assert_allclose(final_goal_offset({**row, "family": "push_to_pad"}), [0.22, -0.1], atol=1e-6)
+    np.testing.assert_allclose(final_goal_offset({**row, "family": "stack", "base": "blue_cube"}), [0.02, 0.02],
+                               atol=1e-6)
+    assert final_goal_offset({**row, "final_poses": None}) is None  # e.g. real DROID records
+    assert final_goal_offset({**row, "family": "stack", "base": "green_cube"}) is None
+
+
+def test_auxiliary_heads_targets_and_learning(tmp_path):
+    """Distance and goal heads: targets in 5 cm units clipped at 20 cm, off by default, and they learn."""
     from judges.offline.model import DISTANCE_CLIP_UNITS, DISTANCE_UNIT_M
     from judges.offline.train import TrainConfig, _Stored
 
@@ -290,40 +303,55 @@ def test_distance_head_targets_and_learning(tmp_path):
     ep = make_episode(num_frames=61, size=16, seed=4)
     ep.frame_distances = np.linspace(0.5, 0.0, 61).astype(np.float32)
     ep.label = 5
-    dist = _Stored.from_episode(ep, "src", cfg).sample(None, cfg)[4]
+    ep.metadata = {"family": "put_in_bowl", "target": "red_cube", "final_poses": {"red_cube": [0.53, 0.5, 0.03],
+                                                                                  "bowl": [0.5, 0.0, 0.0]}}
+    stored = _Stored.from_episode(ep, "src", cfg)
+    dist, goal = stored.sample(None, cfg)[4:]
+    np.testing.assert_allclose(goal.numpy(), [0.6, DISTANCE_CLIP_UNITS], rtol=1e-5)  # 3 cm, 50 cm clipped
+    prefix, rng = TrainConfig(data=["unused"], model=TINY, prefix_prob=1.0), np.random.default_rng(0)
+    ep.frame_levels = np.minimum(np.arange(61) // 10, 5)
+    samples = [_Stored.from_episode(ep, "src", prefix).sample(rng, prefix) for _ in range(20)]
+    whole = len(frame_indices(61, 15.0, TINY))
+    assert all(len(s[3]) == whole for s in samples if not torch.isnan(s[5]).any())  # a prefix has no final pose
+    assert any(torch.isnan(s[5]).all() for s in samples)
     idx = frame_indices(61, 15.0, TINY)
     expect = np.clip(ep.frame_distances[idx] / DISTANCE_UNIT_M, 0, DISTANCE_CLIP_UNITS)
     np.testing.assert_allclose(dist.numpy(), expect, rtol=1e-5)
     assert dist.max() == DISTANCE_CLIP_UNITS and dist[-1] == 0.0
 
     x = collate([episode_inputs(ep, TINY)], TINY.max_frames)
-    assert OfflineJudgeModel(TINY).forward_all(*x)[2] is None  # off by default: old checkpoints load unchanged
+    plain = OfflineJudgeModel(TINY).forward_all(*x)
+    assert plain.distance is None and plain.goal_offset is None  # off by default: old checkpoints load unchanged
     torch.manual_seed(0)
-    with_head = OfflineJudgeConfig(**{**TINY.__dict__, "distance_head": True})
-    model = OfflineJudgeModel(with_head)
+    with_heads = OfflineJudgeConfig(**{**TINY.__dict__, "distance_head": True, "goal_head": True})
+    model = OfflineJudgeModel(with_heads)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     first = None
     for _ in range(60):
-        loss = torch.nn.functional.smooth_l1_loss(model.forward_all(*x)[2][0], dist)
+        out = model.forward_all(*x)
+        loss = (torch.nn.functional.smooth_l1_loss(out.distance[0], dist)
+                + torch.nn.functional.smooth_l1_loss(out.goal_offset[0], goal))
         first = float(loss.detach()) if first is None else first
         opt.zero_grad()
         loss.backward()
         opt.step()
     assert float(loss.detach()) < 0.1 * first
     model.save_pretrained(tmp_path)
-    assert OfflineJudgeModel.from_pretrained(tmp_path).config.distance_head
+    loaded = OfflineJudgeModel.from_pretrained(tmp_path)
+    assert loaded.config.distance_head and loaded.config.goal_head
+    torch.testing.assert_close(loaded.eval().forward_all(*x).goal_offset, model.eval().forward_all(*x).goal_offset)
 
 
-def test_train_script_with_distance_head(tmp_path):
+def test_train_script_with_auxiliary_heads(tmp_path):
     data = write_synthetic_dataset(tmp_path / "sim", num_episodes=6, ground_truth=True)
     ep = next(iter_episodes(data, read_episode_index(data)[3:4]))  # level 5
     assert ep.frame_levels[-1] == 5 and ep.frame_distances.shape == (61,) and ep.frame_distances[-1] < 0.05
     out = tmp_path / "weights"
     cmd = [sys.executable, "-m", "judges.offline.train", "--data", str(data), "--out", str(out), "--epochs", "2",
            "--batch-size", "3", "--image-size", "32", "--dim", "32", "--layers", "1", "--val-fraction", "0.34",
-           "--distance-head"]
+           "--distance-head", "--goal-head"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     model = OfflineJudgeModel.from_pretrained(out)
-    assert model.config.distance_head and model.distance_head is not None
+    assert model.config.distance_head and model.config.goal_head and model.goal_head is not None
     j = make_roboworld(f"offline/{out}")(make_episode(num_frames=61, size=32))
     assert j.ok and j.score in {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
