@@ -54,7 +54,9 @@ class ReplayConfig:
         checkpoint: world-model directory (``config.json`` + ``model.safetensors``).
         data: source SimDROID dataset (``neuralsim data generate`` layout).
         out: output dataset directory (created; resumed if it holds replays of the same source).
-        episodes: replay the first N episodes of ``data`` by index (None = all).
+        episodes: replay N episodes of ``data`` by index, from ``first`` on (None = all the rest).
+        first: skip the first ``first`` episodes (split one dataset across processes, each with its
+            own ``out``; the judge's trainer pools several ``--data`` directories).
         batch_size: episodes generated at once by the batched world model.
         device: torch device of the world model.
         num_threads: torch CPU threads (None: torch's default).
@@ -65,6 +67,7 @@ class ReplayConfig:
     data: str
     out: str
     episodes: int | None = None
+    first: int = 0
     batch_size: int = 8
     device: str = "cpu"
     num_threads: int | None = None
@@ -73,6 +76,8 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         if self.episodes is not None and self.episodes < 1:
             raise ValueError(f"episodes must be >= 1 or None (all), got {self.episodes}")
+        if self.first < 0:
+            raise ValueError(f"first must be >= 0, got {self.first}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.num_threads is not None and self.num_threads < 1:
@@ -129,8 +134,7 @@ def replay(cfg: ReplayConfig) -> dict[str, Any]:
         torch.set_num_threads(cfg.num_threads)
     sources = sorted((r for r in list_episodes(cfg.data) if r.get("rubric_level") is not None),
                      key=lambda r: int(r["episode_index"]))
-    if cfg.episodes is not None:
-        sources = sources[: cfg.episodes]
+    sources = sources[cfg.first:] if cfg.episodes is None else sources[cfg.first: cfg.first + cfg.episodes]
     if not sources:
         raise ValueError(f"no labelled episodes in {cfg.data!r}")
     t0 = time.perf_counter()
@@ -225,14 +229,15 @@ def parse_args(argv: list[str] | None = None) -> ReplayConfig:
     p.add_argument("--checkpoint", required=True, help="world-model directory (config.json + model.safetensors)")
     p.add_argument("--data", required=True, help="source SimDROID dataset directory")
     p.add_argument("--out", required=True, help="output dataset directory")
-    p.add_argument("--episodes", type=int, default=None, help="replay the first N episodes (default: all)")
+    p.add_argument("--episodes", type=int, default=None, help="replay N episodes (default: all)")
+    p.add_argument("--first", type=int, default=0, help="skip this many episodes first (by index)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
-    return ReplayConfig(checkpoint=a.checkpoint, data=a.data, out=a.out, episodes=a.episodes, batch_size=a.batch_size,
-                        device=a.device, num_threads=a.threads, progress=not a.no_progress)
+    return ReplayConfig(checkpoint=a.checkpoint, data=a.data, out=a.out, episodes=a.episodes, first=a.first,
+                        batch_size=a.batch_size, device=a.device, num_threads=a.threads, progress=not a.no_progress)
 
 
 def main(argv: list[str] | None = None) -> None:

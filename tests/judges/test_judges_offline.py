@@ -244,6 +244,9 @@ def test_world_model_replays_keep_the_simdroid_label(tmp_path, tiny_checkpoint):
         assert set(b) == {"rubric_level", "target_distance"}
         for k in a:
             np.testing.assert_array_equal(b[k], a[k])
+    part = replay(ReplayConfig(checkpoint=str(tiny_checkpoint), data=str(src), out=str(tmp_path / "wm_part"),
+                               first=1, episodes=1, num_threads=1, progress=False))
+    assert part["written"] == 1 and [r["episode_index"] for r in read_episode_index(tmp_path / "wm_part")] == [1]
     again = replay(cfg)  # resumes: nothing left to do
     assert (again["written"], again["skipped"], again["total"]) == (0, 3, 3)
     other = shutil.copytree(tiny_checkpoint, tmp_path / "other_world_model")
