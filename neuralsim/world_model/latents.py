@@ -8,8 +8,9 @@ encodes every *episode* once (~5 ms per view) into
 conditioning), loads them all into memory (~0.4 GB for 70 000 time steps) and serves any window of the
 :class:`~neuralsim.data.reader.ClipDataset` by slicing.
 
-The fingerprint hashes the autoencoder's weights and the frame size, so a retrained autoencoder never
-reads stale latents.  A dataset directory that cannot be written still works (latents stay in memory).
+The fingerprint hashes the weights that produce latents (the encoder and its quantisation conv) and
+the frame size, so a retrained encoder never reads stale latents, while a decoder-only stage (which
+leaves the latents as they are) keeps using them.  A dataset directory that cannot be written still works (latents stay in memory).
 """
 
 from __future__ import annotations
@@ -26,10 +27,16 @@ log = logging.getLogger(__name__)
 LATENT_CACHE_DIR = ".latent_cache"
 
 
+#: State-dict prefixes of the autoencoder's weights that ``encode`` reads.
+ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.")
+
+
 def autoencoder_fingerprint(autoencoder, image_size: int) -> str:
-    """16 hex digits identifying the autoencoder's weights (and the frame size it is fed)."""
-    h = hashlib.sha256(f"image_size={image_size};".encode())
+    """16 hex digits identifying the autoencoder's encoding weights (and the frame size it is fed)."""
+    h = hashlib.sha256(f"encoder;image_size={image_size};".encode())
     for name, t in sorted(autoencoder.state_dict().items()):
+        if not name.startswith(ENCODER_PREFIXES):
+            continue
         h.update(name.encode())
         h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
     return h.hexdigest()[:16]

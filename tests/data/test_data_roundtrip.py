@@ -235,7 +235,10 @@ def test_latent_store_encodes_once_and_serves_windows(dataset, tmp_path):
     torch.testing.assert_close(LatentStore(ae, ds, progress=False).get([0], "cpu")[0], z[:1])
     with np.load(files[0]) as f:
         assert np.array_equal(f["latents"], lat)
-    # other autoencoder weights -> another fingerprint, never the stale latents
+    # a changed decoder leaves the latents valid; other encoder weights -> another fingerprint, never stale latents
     with torch.no_grad():
-        next(ae.parameters()).add_(0.1)
+        next(ae.vae.decoder.parameters()).add_(0.1)
+    assert LatentStore(ae, ds, progress=False).fingerprint == store.fingerprint
+    with torch.no_grad():
+        next(ae.vae.encoder.parameters()).add_(0.1)
     assert LatentStore(ae, ds, progress=False).fingerprint != store.fingerprint

@@ -65,3 +65,30 @@ def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
     assert summary["stopped_early"] and summary["step"] == 1
     trainer = json.loads((tmp_path / "t" / "checkpoint" / "trainer.json").read_text())
     assert trainer["step"] == 1
+
+
+def test_decoder_stage_trains_only_the_decoder(tmp_path):
+    """``--stage decoder``: stored latents paired with their own frames; the encoder and the DiT stay put."""
+    from neuralsim.world_model.train import LatentMemo, decoder_batch, open_dataset
+
+    base = tmp_path / "ae"
+    train(_cfg(base, stage="autoencoder", steps=2))
+    dec = tmp_path / "dec"
+    summary = train(_cfg(dec, stage="decoder", steps=12, init_from=str(base / "model"), lr=3e-3, warmup=1,
+                         checkpoint_every=6))
+    assert summary["step"] == 12
+    a, b = WorldModel.from_pretrained(base / "model"), WorldModel.from_pretrained(dec / "model")
+    changed = {k for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()) if not torch.equal(x, y)}
+    assert changed and all(k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")) for k in changed)
+    assert b.config.recipe["decoder_reconstruction_steps"] == 12
+    assert b.config.recipe["stages"][-1]["objective"] == "reconstruction"
+    losses = [x for _, x in _losses(dec)]
+    assert len(losses) == 12 and min(losses[-3:]) < losses[0]
+
+    # the pairs it trains on: each stored latent is the encoding of the frame beside it
+    ds = open_dataset("synthetic:8", a.config.clip_length, a.config.autoencoder.image_size, seed=0)
+    z, frames = decoder_batch(LatentMemo(a, ds, a.config.autoencoder.image_size, 8), ds, [0, 3],
+                              a.config.autoencoder.image_size, 2, torch.Generator().manual_seed(0), "cpu")
+    assert z.shape[0] == frames.shape[0] == 4
+    with torch.no_grad():
+        torch.testing.assert_close(z, a.autoencoder.encode(frames).half().float())
