@@ -239,6 +239,8 @@ def _add_train(sub, full: bool = True) -> None:
                               "  neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000\n"
                               "  neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model "
                               "--data data/simdroid --out runs/df --steps 8000\n"
+                              "  neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid "
+                              "--out runs/dec --steps 3000   # decoder only, latents unchanged\n"
                               "  neuralsim train --stage dit --data synthetic:64 --out runs/smoke --steps 20   "
                               "# no dataset needed")
     if not full:  # `neuralsim --help` etc.: do not import torch for options nobody asked for
