@@ -103,8 +103,8 @@ def read_video(path: str | Path) -> np.ndarray:
     return data.reshape(-1, h, w, 3).copy()
 
 
-FRAME_LEVEL_COLUMN = "ground_truth.rubric_level"
-FRAME_DISTANCE_COLUMN = "ground_truth.target_distance"
+#: Per-frame columns the judge trains on, as :func:`read_ground_truth` keys them (``ground_truth.<name>``).
+FRAME_LEVEL_KEY, FRAME_DISTANCE_KEY = "rubric_level", "target_distance"
 
 
 def read_ground_truth(root: str | Path, episode_index: int) -> dict[str, np.ndarray]:
@@ -145,13 +145,15 @@ def load_episode(root: str | Path, row: dict[str, Any], fps: float | None = None
     n = min(len(f) for f in frames.values())  # codecs may disagree by a frame
     frames = {v: f[:n] for v, f in frames.items()}
     truth = read_ground_truth(root, row["episode_index"])
-    # a column that does not cover the video is dropped, not guessed
-    levels, dist = (truth.get(k.split(".", 1)[1]) for k in (FRAME_LEVEL_COLUMN, FRAME_DISTANCE_COLUMN))
-    levels = None if levels is None or len(levels) < n else np.asarray(levels[:n], np.int64)
-    dist = None if dist is None or len(dist) < n else np.asarray(dist[:n], np.float32)
+
+    def column(key: str, dtype) -> np.ndarray | None:  # one that does not cover the video is dropped, not guessed
+        values = truth.get(key)
+        return None if values is None or len(values) < n else np.asarray(values[:n], dtype)
+
     return LabelledEpisode(frames=frames, instruction=row["instruction"], fps=fps or dataset_fps(root),
-                           label=int(row["rubric_level"]), metadata=dict(row), frame_levels=levels,
-                           frame_distances=dist)
+                           label=int(row["rubric_level"]), metadata=dict(row),
+                           frame_levels=column(FRAME_LEVEL_KEY, np.int64),
+                           frame_distances=column(FRAME_DISTANCE_KEY, np.float32))
 
 
 def iter_episodes(root: str | Path, rows: list[dict[str, Any]] | None = None) -> Iterator[LabelledEpisode]:

@@ -223,17 +223,12 @@ def _augment(frames: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return x.clamp(0, 1)
 
 
-def _pad_targets(targets: list[torch.Tensor], t: int) -> torch.Tensor:
-    """(B, t) int64 per-frame targets, -100 beyond each episode's frames."""
-    out = torch.full((len(targets), t), -100, dtype=torch.int64)
-    for i, y in enumerate(targets):
-        out[i, : min(t, len(y))] = y[:t]
-    return out
+def _pad_targets(targets: list[torch.Tensor], t: int, fill: float = -100) -> torch.Tensor:
+    """(B, t) per-frame targets in their own dtype, ``fill`` beyond each episode's frames.
 
-
-def _pad_distances(targets: list[torch.Tensor], t: int) -> torch.Tensor:
-    """(B, t) float per-frame distance targets, NaN beyond each episode's frames."""
-    out = torch.full((len(targets), t), float("nan"))
+    Levels use -100 (cross-entropy's ignore index), distances NaN.
+    """
+    out = torch.full((len(targets), t), fill, dtype=targets[0].dtype)
     for i, y in enumerate(targets):
         out[i, : min(t, len(y))] = y[:t]
     return out
@@ -311,13 +306,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     frame_logits.flatten(0, 1), y_frames.flatten(), ignore_index=-100, label_smoothing=0.05)
             aux = []
             if out.distance is not None:
-                aux.append((out.distance, _pad_distances([b[4] for b in batch], out.distance.shape[1])))
+                aux.append((out.distance, _pad_targets([b[4] for b in batch], out.distance.shape[1], float("nan"))))
             if out.goal_offset is not None:
                 aux.append((out.goal_offset, torch.stack([b[5] for b in batch])))
             for pred, true in aux:
-                known = ~torch.isnan(true.to(cfg.device))
+                true = true.to(cfg.device)
+                known = ~torch.isnan(true)
                 if cfg.aux_loss_weight > 0 and known.any():
-                    loss = loss + cfg.aux_loss_weight * F.smooth_l1_loss(pred[known], true.to(cfg.device)[known])
+                    loss = loss + cfg.aux_loss_weight * F.smooth_l1_loss(pred[known], true[known])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -89,14 +89,32 @@ class ViewAutoencoder(nn.Module):
         x = uint8_to_unit(images.reshape(n * v, *images.shape[2:]))  # (N*V, 3, H, W)
         post = self.vae.encode(x).latent_dist
         z = post.mean + post.std * torch.randn(post.mean.shape, generator=generator, device=x.device)
-        rec = self.decode_unit(z)
+        kl = post.kl().mean() / x[0].numel()
+        loss, metrics = self._reconstruction_loss(self.decode_unit(z), x, v, self.config.kl_weight * kl)
+        metrics["kl"] = float(kl.detach())
+        return loss, metrics
+
+    def decoder_loss(self, latents: torch.Tensor, images: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Loss of the decoder alone: decode latents (N, V, C, h, w) vs uint8 images (N, V, H, W, 3).
+
+        MSE + L1 (:meth:`loss` without the KL term, which only concerns the encoder); same metrics.
+        """
+        self._check(images)
+        n, v = images.shape[:2]
+        x = uint8_to_unit(images.reshape(n * v, *images.shape[2:]))  # (N*V, 3, H, W)
+        return self._reconstruction_loss(self.decode_unit(latents.reshape(n * v, *latents.shape[2:])), x, v)
+
+    @staticmethod
+    def _reconstruction_loss(rec: torch.Tensor, x: torch.Tensor, v: int,
+                             extra: torch.Tensor | float = 0.0) -> tuple[torch.Tensor, dict]:
+        """MSE + L1 (+ ``extra``) of reconstructions ``rec`` vs ``x`` (N*V, 3, H, W); PSNR per view."""
         mse = (rec - x).pow(2).mean()
         l1 = (rec - x).abs().mean()
-        kl = post.kl().mean() / x[0].numel()
-        loss = mse + l1 + self.config.kl_weight * kl
+        loss = mse + l1 + extra
         with torch.no_grad():
-            p = psnr(rec.clamp(-1, 1).reshape(n, v, *x.shape[1:]), x.reshape(n, v, *x.shape[1:]), dims=(2, 3, 4))
-        metrics = {"loss": float(loss.detach()), "mse": float(mse.detach()), "kl": float(kl.detach())}
+            per_view = (-1, v, *x.shape[1:])
+            p = psnr(rec.clamp(-1, 1).reshape(per_view), x.reshape(per_view), dims=(2, 3, 4))
+        metrics = {"loss": float(loss.detach()), "mse": float(mse.detach())}
         for i in range(v):
             metrics[f"psnr_view{i}"] = float(p[:, i].mean())
         return loss, metrics

@@ -390,8 +390,8 @@ def train(cfg: TrainConfig) -> dict:
         recipe["latent_stats_fitted"] = True
         log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
 
-    run_module = {"dit": model.dit, "autoencoder": _ae_loss_module(model.autoencoder),
-                  "decoder": _decoder_loss_module(model.autoencoder)}[cfg.stage]
+    run_module = {"dit": model.dit, "autoencoder": _loss_module(model.autoencoder, "loss"),
+                  "decoder": _loss_module(model.autoencoder, "decoder_loss")}[cfg.stage]
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -488,8 +488,8 @@ class _null:
         return False
 
 
-def _ae_loss_module(autoencoder):
-    """The autoencoder's training loss as a module ``forward`` (so DDP sees the computation)."""
+def _loss_module(autoencoder, method: str):
+    """``autoencoder.<method>`` (``loss`` or ``decoder_loss``) as a module ``forward``, so DDP sees the computation."""
     import torch
 
     class AELoss(torch.nn.Module):
@@ -497,8 +497,8 @@ def _ae_loss_module(autoencoder):
             super().__init__()
             self.ae = ae
 
-        def forward(self, images, generator):
-            return self.ae.loss(images, generator=generator)
+        def forward(self, *args):
+            return getattr(self.ae, method)(*args)
 
     return AELoss(autoencoder)
 
@@ -517,31 +517,6 @@ def decoder_batch(memo, dataset, idx: list[int], image_size: int, frames_per_cli
     fi = torch.randint(frames.shape[1], (b, frames_per_clip), generator=gen)
     rows = torch.arange(b)[:, None]
     return z[rows, fi.to(z.device)].flatten(0, 1).float(), frames[rows, fi].flatten(0, 1).to(device)
-
-
-def _decoder_loss_module(autoencoder):
-    """Reconstruction loss of the decoder alone: decode(stored latents) vs the frames (MSE + L1)."""
-    import torch
-
-    from .autoencoder import psnr, uint8_to_unit
-
-    class DecoderLoss(torch.nn.Module):
-        def __init__(self, ae):
-            super().__init__()
-            self.ae = ae
-
-        def forward(self, latents, images):
-            n, v = images.shape[:2]
-            x = uint8_to_unit(images.reshape(n * v, *images.shape[2:]))  # (N*V, 3, H, W)
-            rec = self.ae.decode_unit(latents.reshape(n * v, *latents.shape[2:]))
-            loss = (rec - x).pow(2).mean() + (rec - x).abs().mean()
-            with torch.no_grad():
-                p = psnr(rec.clamp(-1, 1).reshape(n, v, *x.shape[1:]), x.reshape(n, v, *x.shape[1:]), dims=(2, 3, 4))
-            metrics = {"loss": float(loss.detach())}
-            metrics.update({f"psnr_view{i}": float(p[:, i].mean()) for i in range(v)})
-            return loss, metrics
-
-    return DecoderLoss(autoencoder)
 
 
 def _write_sample(out: Path, cfg: TrainConfig, dataset, step: int) -> None:
