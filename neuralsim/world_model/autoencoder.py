@@ -74,9 +74,14 @@ class ViewAutoencoder(nn.Module):
         return z.reshape(*lead, *z.shape[1:])
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """latents (..., C, h, w) -> uint8 views (..., H, W, 3)."""
+        """latents (..., C, h, w) -> uint8 views (..., H, W, 3).
+
+        The latents go in channels-last: oneDNN's convolutions then skip a layout conversion per layer,
+        and the images come out pixel-major, which the final (H, W, 3) permute wants anyway.
+        """
         lead = latents.shape[:-3]
-        x = self.decode_unit(latents.reshape(-1, *latents.shape[-3:]))  # (N, 3, H, W)
+        z = latents.reshape(-1, *latents.shape[-3:]).contiguous(memory_format=torch.channels_last)
+        x = self.decode_unit(z)  # (N, 3, H, W)
         return unit_to_uint8(x).reshape(*lead, *x.shape[2:], 3)
 
     def loss(self, images: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:

@@ -76,11 +76,23 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 # ----------------------------------------------------------------------------- attention
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax attention over the second-to-last dim; q (…, Lq, Dh), k/v (…, Lk, Dh); mask True = attend.
+    """Softmax attention over the second-to-last dim; q (G, H, Lq, Dh), k/v (G, H, Lk, Dh).
 
-    The one place the attention math lives (swap in a fused kernel here).
+    ``mask``: boolean (True = attend) or additive float (0 / -inf), broadcast to (G, H, Lq, Lk).
+    The one place the attention math lives.  Callers fold every batch-like dim into G: with 4-D
+    inputs PyTorch's fused CPU kernel applies, while 5-D inputs fall back to the unfused math path
+    (~2x slower at our sizes).
     """
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def additive_mask(valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Boolean mask (True = attend) -> additive float mask (0 where True, -inf where False).
+
+    Converting once per generated frame, instead of inside every attention call, saves the
+    per-call conversion.  Every query must see at least one key, or its softmax is NaN.
+    """
+    return torch.zeros(valid.shape, dtype=dtype, device=valid.device).masked_fill(~valid, float("-inf"))
 
 
 # ----------------------------------------------------------------------------- embeddings
@@ -115,7 +127,7 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch
 
 
 # ----------------------------------------------------------------------------- block
-TemporalCore = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+TemporalCore = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
 
 
 class DiTBlock(nn.Module):
@@ -137,22 +149,31 @@ class DiTBlock(nn.Module):
         nn.init.zeros_(self.ada[1].weight)
         nn.init.zeros_(self.ada[1].bias)
 
-    def forward(self, x: torch.Tensor, c: torch.Tensor, temporal_core: TemporalCore) -> torch.Tensor:
-        """x (B, T, N, D), c (B, T, D); ``temporal_core(q, k, v)`` maps (B, N, H, T, Dh) -> same."""
+    def forward(self, x: torch.Tensor, c: torch.Tensor, temporal_core: TemporalCore,
+                kv_only: bool = False) -> torch.Tensor | None:
+        """x (B, T, N, D), c (B, T, D); ``temporal_core(q, k, v)`` maps (B*N, H, T, Dh) -> same.
+
+        ``kv_only``: stop once the temporal keys/values are handed to ``temporal_core`` (which must then
+        accept them without attending) and return None -- all a commit pass needs from the last block.
+        """
         b, t, n, d = x.shape
         mods = self.ada(c)[:, :, None, :].chunk(9, dim=-1)  # 9 x (B, T, 1, D)
         sh1, sc1, g1, sh2, sc2, g2, sh3, sc3, g3 = mods
 
         # spatial: all tokens of one frame
         y = modulate(self.norm1(x), sh1, sc1)
-        q, k, v = self.spatial_qkv(y).view(b, t, n, 3, self.h, self.dh).permute(3, 0, 1, 4, 2, 5)  # (B, T, H, N, Dh)
-        y = attention(q, k, v).permute(0, 1, 3, 2, 4).reshape(b, t, n, d)
+        q, k, v = self.spatial_qkv(y).view(b * t, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)  # (B*T, H, N, Dh)
+        y = attention(q, k, v).permute(0, 2, 1, 3).reshape(b, t, n, d)
         x = x + g1 * self.spatial_out(y)
 
         # temporal: same token position across frames
         y = modulate(self.norm2(x), sh2, sc2)
-        q, k, v = self.temporal_qkv(y).view(b, t, n, 3, self.h, self.dh).permute(3, 0, 2, 4, 1, 5)  # (B, N, H, T, Dh)
-        y = temporal_core(q, k, v).permute(0, 3, 1, 2, 4).reshape(b, t, n, d)
+        qkv = self.temporal_qkv(y).view(b, t, n, 3, self.h, self.dh).permute(3, 0, 2, 4, 1, 5)  # (3, B, N, H, T, Dh)
+        q, k, v = qkv.reshape(3, b * n, self.h, t, self.dh)
+        y = temporal_core(q, k, v)
+        if kv_only:
+            return None
+        y = y.view(b, n, self.h, t, self.dh).permute(0, 3, 1, 2, 4).reshape(b, t, n, d)
         x = x + g2 * self.temporal_out(y)
 
         y = modulate(self.norm3(x), sh3, sc3)
@@ -203,13 +224,18 @@ class CausalDiT(nn.Module):
                              f"got {tuple(x.shape)}")
 
     def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
-             skip_head: bool = False) -> torch.Tensor | None:
-        """Shared trunk: x (B, T, V, C, h, w), t (B, T), cond (B, T, 7) -> velocity (B, T, V, C, h, w)."""
+             kv_only: bool = False) -> torch.Tensor | None:
+        """Shared trunk: x (B, T, V, C, h, w), t (B, T), cond (B, T, 7) -> velocity (B, T, V, C, h, w).
+
+        ``kv_only``: a commit pass -- every block's temporal keys/values go to its core, and the pass stops
+        after the last block's (its attention, MLP and the head would be thrown away); returns None.
+        """
         h = self.patch_embed(self.patchify(x)) + self.pos_embed  # (B, T, N, D)
         c = self.noise_embed(t) + self.cond_embed(cond)  # (B, T, D)
-        for block, core in zip(self.blocks, temporal_cores):
-            h = block(h, c, core)
-        if skip_head:
+        last = len(self.blocks) - 1
+        for i, (block, core) in enumerate(zip(self.blocks, temporal_cores)):
+            h = block(h, c, core, kv_only=kv_only and i == last)
+        if kv_only:
             return None
         shift, scale = self.final_ada(c)[:, :, None, :].chunk(2, dim=-1)
         return self.unpatchify(self.final_out(modulate(self.final_norm(h), shift, scale)))
@@ -247,29 +273,36 @@ class CausalDiT(nn.Module):
         mask = None
         for layer in range(len(self.blocks)):
             ck, cv, valid, rel = cache.context(layer, rows)  # (b, N, H, C, Dh), (b, C)
+            b, n, h, c, dh = ck.shape
             if mask is None:
                 cos, sin = rope_cos_sin(rel, self.config.head_dim, self.config.rope_theta)  # (b, C, Dh/2)
                 cos, sin = cos[:, None, None], sin[:, None, None]
-                self_slot = valid.new_ones(valid.shape[0], 1)
-                mask = torch.cat([valid, self_slot], dim=1)[:, None, None, None, :]  # (b, 1, 1, 1, C+1)
-            b, n, h, c, dh = ck.shape
+                visible = torch.cat([valid, valid.new_ones(b, 1)], dim=1)  # the new frame always sees itself
+                # (b*N, 1, 1, C+1): one row per (batch row, token position), like the queries
+                mask = additive_mask(visible, ck.dtype)[:, None, None, None, :].expand(b, n, 1, 1, c + 1)
+                mask = mask.reshape(b * n, 1, 1, c + 1)
             # (b, N, H, C+1, Dh): cached frames, then one slot the new frame writes on every pass
             kbuf, vbuf = ck.new_empty(b, n, h, c + 1, dh), cv.new_empty(b, n, h, c + 1, dh)
             kbuf[:, :, :, :c] = apply_rope(ck, cos, sin)
             vbuf[:, :, :, :c] = cv
-            keys.append(kbuf)
-            values.append(vbuf)
+            keys.append(kbuf.view(b * n, h, c + 1, dh))
+            values.append(vbuf.view(b * n, h, c + 1, dh))
         return CachedContext(keys, values, mask, rows)
 
     def _cached_cores(self, context: "CachedContext", store: list | None) -> list[TemporalCore]:
+        """Temporal cores reading ``context``; with ``store``, a commit pass's: each hands its (k, v) to
+        ``store``, and the last layer's skips its attention (see ``kv_only`` in :meth:`_run`)."""
+        last = len(self.blocks) - 1
         cores = []
         for layer in range(len(self.blocks)):
-            def core(q, k, v, layer=layer):  # q, k, v (b, N, H, 1, Dh); the new frame sits at position 0
+            def core(q, k, v, layer=layer):  # q, k, v (b*N, H, 1, Dh); the new frame sits at position 0
                 if store is not None:
-                    store.append((k[:, :, :, 0], v[:, :, :, 0]))
+                    store.append((k[:, :, 0], v[:, :, 0]))
+                    if layer == last:
+                        return None
                 keys, vals = context.keys[layer], context.values[layer]
-                keys[:, :, :, -1:] = k
-                vals[:, :, :, -1:] = v
+                keys[:, :, -1:] = k
+                vals[:, :, -1:] = v
                 return attention(q, keys, vals, context.mask)
             cores.append(core)
         return cores
@@ -286,10 +319,11 @@ class CausalDiT(nn.Module):
         """Write the finished frame x (b, V, C, h, w) (clean, t = 0) into ``cache`` for ``context.rows``."""
         self._check_latents(x, 1)
         store: list = []
-        t0 = torch.zeros(x.shape[0], 1, device=x.device)
-        self._run(x[:, None], t0, cond[:, None], self._cached_cores(context, store), skip_head=True)
+        b, n, h, dh = x.shape[0], self.config.tokens_per_frame, self.config.num_heads, self.config.head_dim
+        t0 = torch.zeros(b, 1, device=x.device)
+        self._run(x[:, None], t0, cond[:, None], self._cached_cores(context, store), kv_only=True)
         for layer, (k, v) in enumerate(store):
-            cache.append(layer, context.rows, k, v)
+            cache.append(layer, context.rows, k.reshape(b, n, h, dh), v.reshape(b, n, h, dh))
         cache.advance(context.rows)
 
 
@@ -297,8 +331,9 @@ class CausalDiT(nn.Module):
 class CachedContext:
     """Read-only view of the cache for one generated frame (RoPE already applied to cached keys).
 
-    keys/values[layer]: (b, N, H, C+1, Dh), the last slot is overwritten by the new frame on each pass;
-    mask: (b, 1, 1, 1, C+1) True where a slot holds a visible frame; rows: the cache rows it came from.
+    keys/values[layer]: (b*N, H, C+1, Dh), the last slot is overwritten by the new frame on each pass;
+    mask: (b*N, 1, 1, C+1) additive, 0 where a slot holds a visible frame and -inf elsewhere;
+    rows: the cache rows it came from.
     """
 
     keys: list[torch.Tensor]
