@@ -170,6 +170,9 @@ def _add_data(sub) -> None:
     g.add_argument("--ood", action="store_true",
                    help="out-of-distribution split: cube colours outside the training palette and the target "
                         "cube outside the training region (SimDROIDEnv(distribution='ood'))")
+    g.add_argument("--full-horizon", action="store_true",
+                   help="run every episode to --max-steps, the arm holding still once the expert is done (as in an "
+                        "env rollout), instead of stopping a few settle steps after it is done")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     g.set_defaults(func=_run_generate)
 
@@ -189,7 +192,8 @@ def _run_generate(args: argparse.Namespace) -> int:
         raise SystemExit("neuralsim data generate: give the output directory once, as OUT or --out DIR")
     summary = generate(out, args.episodes, workers=args.workers, seed=args.seed,
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
-                       max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood)
+                       max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood,
+                       **({"settle_steps": args.max_steps} if args.full_horizon else {}))
     print(summary.format())
     return 0
 

@@ -25,6 +25,14 @@ clipped at 20 cm; Huber loss, weight ``aux_loss_weight``; neither feeds the rubr
 relative to its goal, (dx, dy), from the last frame of a whole episode (the record's final poses; a
 prefix has no such label).  The second aims at what separates "touched or grasped" (level 4) from
 "done" (level 5).
+
+*Hold* episodes break a length shortcut.  The recorded episodes stop a few steps after the expert is
+done, while failures run longer, so episode length alone tells success from failure.  An episode in
+a world model runs to the horizon instead, the arm idle after the task.  A judge trained only on the
+recordings called 2 of 9 clean SimDROID successes a success at the 150-step horizon, and 9 of 9 when
+the same videos were cut where the expert finished.  With probability ``hold_prob`` a whole training
+episode is therefore extended to a random length up to ``hold_to`` frames by repeating its last
+frame (the arm holding still, as the scripted expert does once done), with its labels unchanged.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from judges.offline.evaluate import grouped_accuracy, level_accuracy
 from judges.offline.features import collate, episode_inputs, frame_indices, hash_words, resize_frames
 from judges.sampling import sample_indices
 from judges.offline.model import DISTANCE_CLIP_UNITS, DISTANCE_UNIT_M, OfflineJudgeConfig, OfflineJudgeModel
+from neuralsim.envs import DEFAULT_MAX_EPISODE_STEPS
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +86,10 @@ class TrainConfig:
         prefix_prob: probability that a training episode is replaced by a random prefix of itself
             labelled with the level at its last frame (needs per-frame levels; 0 turns it off).
         prefix_stride: prefixes end on every ``prefix_stride``-th frame (frames kept in memory).
+        hold_prob: probability that a whole training episode shorter than ``hold_to`` frames is
+            extended to a random length in (its length, ``hold_to``] by repeating its last frame
+            (labels unchanged; 0 turns it off).
+        hold_to: the longest extended episode, in frames (151 = the 150-step default horizon).
         aux_loss_weight: weight of each auxiliary head's loss (``model.distance_head``,
             ``model.goal_head``); targets that were not recorded are ignored.
         augment: brightness/contrast jitter and small shifts during training.
@@ -102,6 +115,8 @@ class TrainConfig:
     frame_loss_weight: float = 0.5
     prefix_prob: float = 0.5
     prefix_stride: int = 3
+    hold_prob: float = 0.5
+    hold_to: int = DEFAULT_MAX_EPISODE_STEPS + 1
     aux_loss_weight: float = 0.5
     augment: bool = True
     device: str = "cpu"
@@ -117,6 +132,8 @@ class TrainConfig:
         if not 0 <= self.prefix_prob <= 1 or self.prefix_stride < 1:
             raise ValueError(f"need 0 <= prefix_prob <= 1 and prefix_stride >= 1, got {self.prefix_prob}, "
                              f"{self.prefix_stride}")
+        if not 0 <= self.hold_prob <= 1 or self.hold_to < 1:
+            raise ValueError(f"need 0 <= hold_prob <= 1 and hold_to >= 1, got {self.hold_prob}, {self.hold_to}")
         if self.frame_loss_weight < 0 or self.aux_loss_weight < 0:
             raise ValueError(f"frame_loss_weight and aux_loss_weight must be >= 0, got "
                              f"{self.frame_loss_weight}, {self.aux_loss_weight}")
@@ -159,20 +176,26 @@ class _Stored:
                    final_goal_offset(getattr(ep, "metadata", None) or {}))
 
     def sample(self, rng: np.random.Generator | None, cfg: TrainConfig) -> tuple:
-        """(frames, words, label, frame levels, frame distances, goal offset): the whole episode, or with
-        ``prefix_prob`` a random prefix.  Missing levels are -100, missing distances and offsets NaN
-        (a prefix has no goal offset); lengths are in :data:`~judges.offline.model.DISTANCE_UNIT_M`
+        """(frames, words, label, frame levels, frame distances, goal offset): the whole episode, with
+        ``prefix_prob`` a random prefix, or with ``hold_prob`` the whole episode held to a longer length
+        (see the module docstring).  Missing levels are -100, missing distances and offsets NaN (a
+        prefix has no goal offset); lengths are in :data:`~judges.offline.model.DISTANCE_UNIT_M`
         units, clipped to :data:`~judges.offline.model.DISTANCE_CLIP_UNITS`.
 
         ``rng=None`` always gives the whole episode.
         """
         end, label = self.num_frames - 1, self.label
+        length = self.num_frames  # frames the model is shown; beyond num_frames the last one repeats
         if rng is not None and self.levels is not None and cfg.prefix_prob > 0 and rng.random() < cfg.prefix_prob:
             ends = self.kept[self.kept >= self.fps]  # at least a second in
             if len(ends):
                 end = int(rng.choice(ends))
                 label = int(self.levels[end])
-        idx = frame_indices(end + 1, self.fps, cfg.model)
+                length = end + 1
+        elif (rng is not None and cfg.hold_prob > 0 and self.num_frames < cfg.hold_to
+              and rng.random() < cfg.hold_prob):
+            length = int(rng.integers(self.num_frames + 1, cfg.hold_to + 1))
+        idx = np.minimum(frame_indices(length, self.fps, cfg.model), self.num_frames - 1)
         pos = np.searchsorted(self.kept, idx)
         assert np.array_equal(self.kept[pos], idx), "a prefix needs frames that were not kept"
         targets = (torch.full((len(idx),), -100, dtype=torch.int64) if self.levels is None
@@ -375,6 +398,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                    help="weight of the per-frame level loss (0: episode labels only)")
     p.add_argument("--prefix-prob", type=float, default=0.5,
                    help="probability of training on a random prefix of an episode (0: whole episodes only)")
+    p.add_argument("--hold-prob", type=float, default=0.5,
+                   help="probability of holding a whole episode's last frame to a longer length (0: off)")
+    p.add_argument("--hold-to", type=int, default=DEFAULT_MAX_EPISODE_STEPS + 1,
+                   help="longest held episode in frames (default: the env's horizon + 1)")
     p.add_argument("--distance-head", action="store_true",
                    help="auxiliary per-frame gripper-to-target distance head (needs ground_truth.target_distance)")
     p.add_argument("--goal-head", action="store_true",
@@ -393,6 +420,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         data=a.data, out=a.out, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, val_fraction=a.val_fraction,
         seed=a.seed, max_episodes=a.max_episodes, max_steps=a.max_steps, max_minutes=a.max_minutes, class_weighting=not a.no_class_weighting,
         frame_loss_weight=a.frame_loss_weight, prefix_prob=a.prefix_prob,
+        hold_prob=a.hold_prob, hold_to=a.hold_to,
         aux_loss_weight=a.aux_loss_weight, augment=not a.no_augment, device=a.device, num_threads=a.threads, weights_dtype=a.weights_dtype,
         model=OfflineJudgeConfig(image_size=a.image_size, dim=a.dim, layers=a.layers, distance_head=a.distance_head,
                                  goal_head=a.goal_head),

@@ -234,7 +234,8 @@ def summarise(records: list[dict], out: str = "", new_episodes: int = 0, seconds
 # ----------------------------------------------------------------------------- main entry
 def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, failure_share: float = 0.3,
              noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
-             max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False) -> GenerationSummary:
+             max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
+             settle_steps: int = SETTLE_STEPS) -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -249,6 +250,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         image_size: camera image side.
         progress: show a tqdm progress bar.
         ood: generate in ``SimDROIDEnv(distribution="ood")`` (the out-of-distribution split).
+        settle_steps: steps run after the expert is done; ``max_steps`` or more runs every episode to
+            the horizon (``--full-horizon``), as an env rollout does.
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -264,10 +267,12 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         raise ValueError(f"noise must be a value or (low, high) range with 0 <= low <= high <= 1, got {noise!r}")
     if not 0.0 <= failure_share <= 1.0:
         raise ValueError(f"failure_share must be in [0, 1], got {failure_share}")
-    if episodes < 0 or workers < 1 or max_steps < 1:
-        raise ValueError(f"need episodes >= 0, workers >= 1, max_steps >= 1; got {episodes}, {workers}, {max_steps}")
+    if episodes < 0 or workers < 1 or max_steps < 1 or settle_steps < 0:
+        raise ValueError(f"need episodes >= 0, workers >= 1, max_steps >= 1, settle_steps >= 0; got {episodes}, "
+                         f"{workers}, {max_steps}, {settle_steps}")
     params = {"seed": int(seed), "failure_share": float(failure_share), "noise": [lo, hi], "families": families,
-              "max_steps": int(max_steps), "image_size": int(image_size), "settle_steps": SETTLE_STEPS,
+              "max_steps": int(max_steps), "image_size": int(image_size),
+              "settle_steps": int(min(settle_steps, max_steps)),
               "expert": EXPERT_NAME}
     if ood:
         params["distribution"] = "ood"

@@ -242,3 +242,23 @@ def test_latent_store_encodes_once_and_serves_windows(dataset, tmp_path):
     with torch.no_grad():
         next(ae.vae.encoder.parameters()).add_(0.1)
     assert LatentStore(ae, ds, progress=False).fingerprint != store.fingerprint
+
+
+def test_full_horizon_runs_past_the_experts_finish():
+    """settle_steps >= max_steps (``--full-horizon``) keeps stepping, arm idle, until max_steps."""
+    from neuralsim.envs.experts import ScriptedExpert
+    from neuralsim.envs.sim_droid import SimDROIDEnv
+
+    env = SimDROIDEnv(image_size=32, reward_fn=None)
+    try:
+        short = run_expert(env, ScriptedExpert(env, seed=1_000_000), 1_000_000, "put_in_bowl", max_steps=90)
+        assert short.expert_done and short.steps < 85  # the expert finishes at ~70 steps, then settles 5
+        full = run_expert(env, ScriptedExpert(env, seed=1_000_000), 1_000_000, "put_in_bowl", max_steps=90,
+                          settle_steps=90)
+    finally:
+        env.close()
+    assert full.expert_done and full.steps == 90 and full.episode.num_frames == 91
+    assert bool(full.ground_truth["success"][-1]) == bool(short.ground_truth["success"][-1])
+    np.testing.assert_array_equal(full.episode.joint_position[: short.steps + 1], short.episode.joint_position)
+    with pytest.raises(ValueError, match="settle_steps"):
+        generate("unused_dir", 1, settle_steps=-1, progress=False)

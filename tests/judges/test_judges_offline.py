@@ -284,6 +284,37 @@ def test_training_prefixes_carry_the_level_at_their_end():
     torch.testing.assert_close(model(*x), logits)
 
 
+def test_hold_extends_whole_episodes_with_their_last_frame():
+    """Hold episodes: the last frame repeats up to a random length <= hold_to, labels unchanged."""
+    from judges.offline.train import TrainConfig, _Stored
+
+    cfg = TrainConfig(data=["unused"], model=TINY, prefix_prob=0.0, hold_prob=1.0, hold_to=151)
+    ep = make_episode(num_frames=61, size=16, seed=5)
+    ep.frame_levels = np.minimum(np.arange(61) // 10, 5)
+    ep.label = 5
+    ep.frame_distances = np.linspace(0.2, 0.0, 61).astype(np.float32)
+    stored = _Stored.from_episode(ep, "src", cfg)
+    last = episode_inputs(ep, TINY)[0][-1]
+    rng, lengths = np.random.default_rng(0), set()
+    for _ in range(30):
+        frames, _, label, targets, dist, goal = stored.sample(rng, cfg)
+        n = len(targets)
+        lengths.add(n)
+        whole = len(frame_indices(61, 15.0, TINY))
+        assert label == 5 and n == frames.shape[0] and n >= whole
+        torch.testing.assert_close(frames[: whole - 1], episode_inputs(ep, TINY)[0][:-1])
+        assert all(torch.equal(f, last) for f in frames[whole - 1:])  # only the held last frame after that
+        assert (targets[whole - 1:] == 5).all() and (dist[whole - 1:] == 0).all()
+    assert len(lengths) > 1 and max(lengths) <= len(frame_indices(151, 15.0, TINY))
+    assert stored.sample(None, cfg)[3].shape[0] == len(frame_indices(61, 15.0, TINY))  # evaluation: never held
+    long_ep = make_episode(num_frames=151, size=16)
+    long_ep.label = 1
+    long = _Stored.from_episode(long_ep, "src", cfg)
+    assert len(long.sample(rng, cfg)[3]) == len(frame_indices(151, 15.0, TINY))  # already at the horizon
+    with pytest.raises(ValueError, match="hold_prob"):
+        TrainConfig(data=["unused"], hold_prob=1.5)
+
+
 def test_final_goal_offset_from_the_record():
     from judges.offline.dataset import final_goal_offset
 
