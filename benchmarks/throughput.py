@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -131,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     p.add_argument("--steps", type=int, default=60, help="timed time steps per batch size")
     p.add_argument("--window", type=int, default=None)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: with 2 threads, small-batch inference collapses when another "
-                        "process holds a core -- OpenMP threads wait on a descheduled peer; 0 = torch default)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                   help="torch thread counts to time, each in turn (default 1 2; 0 = torch's default). Time on an "
+                        "idle machine: with 2 threads, small-batch inference collapses when another process holds a "
+                        "core (OpenMP threads wait on a descheduled peer)")
     p.add_argument("--quick", action="store_true", help="fewer steps (< 60 s)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "throughput.json"))
     args = p.parse_args(argv)
@@ -143,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     from neuralsim.world_model.config import preset
     from neuralsim.world_model.model import WorldModel
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if any(t < 0 for t in args.threads):
+        raise SystemExit(f"--threads must be >= 0, got {args.threads}")
+    default_threads = torch.get_num_threads()
     if args.shipped:
         from neuralsim.envs.neural_droid import DEFAULT_CHECKPOINT
 
@@ -159,27 +162,30 @@ def main(argv: list[str] | None = None) -> int:
                 prm.normal_(0, 0.02)
     window = args.window or wm.config.window
     steps = 10 if args.quick else args.steps
-    results = []
-    for b in args.batch_sizes:
-        r = measure(wm, b, steps, window)
-        results.append(r)
-        print(f"batch {b:3d}: cached {r['cached_frames_per_s']:7.1f} frames/s ({r['cached_time_steps_per_s']:.1f} "
-              f"steps/s), recompute {r['recompute_frames_per_s']:7.1f} frames/s, speedup x{r['cache_speedup']:.1f}, "
-              f"cache {r['cache_memory_mb']:.2f} MiB")
-    env_results = []
-    if args.env:
-        for n in sorted({1, *args.batch_sizes}):
-            r = measure_env(args.model, n, steps, warmup=window)
-            env_results.append(r)
-            print(f"NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s = "
-                  f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call)")
+    results, env_results = [], []
+    for threads in args.threads:
+        torch.set_num_threads(threads or default_threads)
+        n_threads = torch.get_num_threads()
+        for b in args.batch_sizes:
+            r = {"threads": n_threads, **measure(wm, b, steps, window)}
+            results.append(r)
+            print(f"{n_threads} thread(s), batch {b:3d}: cached {r['cached_frames_per_s']:7.1f} frames/s "
+                  f"({r['cached_time_steps_per_s']:.1f} steps/s), recompute {r['recompute_frames_per_s']:7.1f} frames/s, "
+                  f"speedup x{r['cache_speedup']:.1f}, cache {r['cache_memory_mb']:.2f} MiB")
+        if args.env:
+            for n in sorted({1, *args.batch_sizes}):
+                r = {"threads": n_threads, **measure_env(args.model, n, steps, warmup=window)}
+                env_results.append(r)
+                print(f"{n_threads} thread(s), NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s = "
+                      f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call)")
     out = {
         "model": args.model or f"untrained preset '{args.config}'",
         "dit_params": sum(q.numel() for q in wm.dit.parameters()),
         "autoencoder_params": sum(q.numel() for q in wm.autoencoder.parameters()),
         "tokens_per_frame": wm.config.dit.tokens_per_frame,
         "denoising_steps": wm.config.num_steps,
-        "threads": torch.get_num_threads(),
+        "threads": sorted({r["threads"] for r in results}),
+        "cpu_count": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
         "quick": args.quick,
         "results": results,
