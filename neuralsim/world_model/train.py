@@ -75,6 +75,10 @@ class TrainConfig:
     """Clips per step per process."""
     lr: float = 3e-4
     warmup: int = 200
+    decay_steps: int = 0
+    """Warmup-stable-decay: the learning rate falls linearly to 0 over the last ``decay_steps`` steps of
+    the budget (0: constant after warmup).  A run trained at a constant rate can be resumed with a larger
+    ``steps`` and a ``decay_steps`` to anneal it."""
     weight_decay: float = 1e-3
     grad_clip: float = 1.0
     ema_decay: float = 0.999
@@ -114,6 +118,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
     parser.add_argument("--warmup", type=int, default=d.warmup)
+    parser.add_argument("--decay-steps", dest="decay_steps", type=int, default=d.decay_steps,
+                        help="anneal the learning rate linearly to 0 over the last N steps of --steps (default 0: "
+                             "constant after warmup); resume a run with a larger --steps and this to cool it down")
     parser.add_argument("--weight-decay", dest="weight_decay", type=float, default=d.weight_decay)
     parser.add_argument("--ema-decay", dest="ema_decay", type=float, default=d.ema_decay)
     parser.add_argument("--frames-per-clip", dest="frames_per_clip", type=int, default=d.frames_per_clip,
@@ -246,6 +253,14 @@ def _optimizer_from_safetensors(opt, tensors: dict, meta: dict) -> None:
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): linear warmup, constant, then the decay phase."""
+    lr = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup))
+    if cfg.decay_steps > 0:
+        lr *= min(1.0, (cfg.steps - step) / cfg.decay_steps)
+    return lr
+
+
 def save_checkpoint(out: Path, model, ema_params: dict, opt, step: int, cfg: TrainConfig, recipe: dict) -> None:
     """Write ``out/checkpoint`` (resumable) and ``out/model`` (EMA WorldModel) atomically."""
     import numpy as np
@@ -305,8 +320,9 @@ def train(cfg: TrainConfig) -> dict:
 
     if cfg.stage not in STAGES:
         raise ValueError(f"unknown stage {cfg.stage!r}; choose one of {STAGES}")
-    if cfg.steps < 0 or cfg.batch_size < 1:
-        raise ValueError(f"need steps >= 0 and batch_size >= 1, got {cfg.steps}, {cfg.batch_size}")
+    if cfg.steps < 0 or cfg.batch_size < 1 or cfg.decay_steps < 0:
+        raise ValueError(f"need steps >= 0, batch_size >= 1 and decay_steps >= 0, got {cfg.steps}, {cfg.batch_size}, "
+                         f"{cfg.decay_steps}")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     rank, world, local_rank = _rank_info()
@@ -403,9 +419,13 @@ def train(cfg: TrainConfig) -> dict:
     if ckpt is None:
         recipe["stages"] = list(recipe.get("stages", [])) + [{
             "stage": cfg.stage, "objective": cfg.objective if cfg.stage == "dit" else "reconstruction",
-            "data": cfg.data, "steps": cfg.steps, "batch_size": cfg.batch_size * world, "lr": cfg.lr}]
+            "data": cfg.data, "steps": cfg.steps, "batch_size": cfg.batch_size * world, "lr": cfg.lr,
+            **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {})}]
     elif recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
-        recipe["stages"] = [*recipe["stages"][:-1], {**recipe["stages"][-1], "steps": cfg.steps}]
+        last = {**recipe["stages"][-1], "steps": cfg.steps}
+        if cfg.decay_steps:
+            last["decay_steps"] = cfg.decay_steps
+        recipe["stages"] = [*recipe["stages"][:-1], last]
 
     metrics_path = out / "metrics.jsonl"
     if is_main and metrics_path.exists():  # drop lines a crashed run wrote after its last checkpoint
@@ -425,7 +445,7 @@ def train(cfg: TrainConfig) -> dict:
         t0 = time.time()
         gen = _step_generator(cfg.seed, step, rank)
         idx = torch.randint(len(dataset), (cfg.batch_size,), generator=gen).tolist()
-        lr = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup))
+        lr = learning_rate(cfg, step)
         for g in opt.param_groups:
             g["lr"] = lr
         with autocast:

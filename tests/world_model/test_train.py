@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
 import torch
 
 from neuralsim.world_model import train as train_mod
@@ -92,3 +93,17 @@ def test_decoder_stage_trains_only_the_decoder(tmp_path):
     assert z.shape[0] == frames.shape[0] == 4
     with torch.no_grad():
         torch.testing.assert_close(z, a.autoencoder.encode(frames).half().float())
+
+
+def test_learning_rate_warmup_stable_decay():
+    from neuralsim.world_model.train import TrainConfig, learning_rate
+
+    cfg = TrainConfig(lr=1e-3, warmup=10, steps=100, decay_steps=40)
+    lrs = [learning_rate(cfg, s) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)  # linear warmup
+    assert all(v == pytest.approx(1e-3) for v in lrs[10:61])  # stable until the last 40 steps
+    assert lrs[80] == pytest.approx(1e-3 * 20 / 40) and lrs[99] == pytest.approx(1e-3 / 40)  # linear to 0
+    assert all(a >= b for a, b in zip(lrs[60:], lrs[61:]))
+    assert learning_rate(TrainConfig(lr=1e-3, warmup=1, steps=100), 99) == pytest.approx(1e-3)  # no decay by default
+    with pytest.raises(ValueError, match="decay_steps"):
+        train(TrainConfig(decay_steps=-1, data="synthetic:4", progress=False))
