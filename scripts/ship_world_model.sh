@@ -2,11 +2,14 @@
 # Ship a trained world model as the package default and re-measure it (issue 4's routine).
 #   bash scripts/ship_world_model.sh runs/diag/step_forcing/model     # convert, then all benchmarks
 #   SKIP_EVAL=1 bash scripts/ship_world_model.sh runs/sf/model          # convert only
+#   DECODER_FROM=runs/dec/model bash scripts/ship_world_model.sh runs/sf/model   # that DiT + that decoder
 # Writes neuralsim/assets/world_model/ in float16 (from_pretrained casts back to float32), then runs,
 # one thread each so that two run side by side on this 2-core machine: the full fidelity benchmark
 # (held-out + OOD) beside the optimism-bias benchmark, then the throughput benchmark alone (timing
 # needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.
-# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL.
+# DECODER_FROM takes the decoder from a `--stage decoder` run (WorldModel.take_decoder_from: the two
+# must share the encoder bit for bit).
+# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL, DECODER_FROM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
@@ -18,15 +21,18 @@ export MUJOCO_GL="${MUJOCO_GL:-egl}"
 mkdir -p "$LOGS"
 
 echo "== $(date -u +%FT%TZ) converting $SRC -> $DST (float16)"
-python - "$SRC" "$DST" <<'EOF'
+python - "$SRC" "$DST" "${DECODER_FROM:-}" <<'EOF'
 import sys
 
 import torch
 
 from neuralsim.world_model.model import WorldModel
 
-src, dst = sys.argv[1:]
+src, dst, decoder_from = sys.argv[1:]
 model = WorldModel.from_pretrained(src)
+if decoder_from:
+    model.take_decoder_from(WorldModel.from_pretrained(decoder_from))
+    print(f"decoder from {decoder_from}")
 model.save_pretrained(dst, dtype=torch.float16)
 back = WorldModel.from_pretrained(dst)  # refuses a corrupt or mismatched file
 worst = max((a - b).abs().max().item() for a, b in zip(model.state_dict().values(), back.state_dict().values()))

@@ -47,6 +47,10 @@ WEIGHTS_NAME = "model.safetensors"
 FORMAT_TAG = "neuralsim.world_model"
 
 
+#: State-dict prefixes of the decoding half of the autoencoder (what ``neuralsim train --stage decoder`` trains).
+DECODER_PREFIXES = ("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")
+
+
 class CheckpointError(ValueError):
     """A world-model checkpoint directory is missing, corrupt, or does not match its config."""
 
@@ -168,6 +172,36 @@ class WorldModel(nn.Module):
     def step(self, state: WorldModelState, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Generate the next time step of every row: uint8 views (B, V, H, W, 3)."""
         return self.decode(self.step_latents(state, cond, generator))
+
+    # ------------------------------------------------------------------ parts
+    @torch.no_grad()
+    def take_decoder_from(self, donor: "WorldModel") -> "WorldModel":
+        """Copy ``donor``'s decoder (what ``--stage decoder`` trains) into this model, in place.
+
+        For combining a DiT trained further with a decoder trained separately: both must share the
+        encoder and latent normalisation bit for bit, or the DiT's latents would mean something else to
+        the decoder (:class:`CheckpointError` otherwise).  The donor's ``decoder`` stages are appended
+        to this model's recipe.  Returns ``self``.
+        """
+        from .latents import autoencoder_fingerprint
+
+        if donor.config.autoencoder != self.config.autoencoder:
+            raise CheckpointError(f"autoencoder configs differ: {donor.config.autoencoder} vs {self.config.autoencoder}")
+        size = self.config.autoencoder.image_size
+        same_stats = torch.equal(donor.latent_mean.cpu(), self.latent_mean.cpu()) and torch.equal(
+            donor.latent_std.cpu(), self.latent_std.cpu())
+        if autoencoder_fingerprint(donor.autoencoder, size) != autoencoder_fingerprint(self.autoencoder, size) \
+                or not same_stats:
+            raise CheckpointError("the decoder donor has a different encoder or latent normalisation; its decoder "
+                                  "would not understand this model's latents")
+        own = self.state_dict()
+        for name, t in donor.state_dict().items():
+            if name.startswith(DECODER_PREFIXES):
+                own[name].copy_(t)
+        stages = [st for st in donor.config.recipe.get("stages", []) if st.get("stage") == "decoder"]
+        self.config.recipe = {**self.config.recipe,
+                              "stages": list(self.config.recipe.get("stages", [])) + stages}
+        return self
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:

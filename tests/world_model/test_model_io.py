@@ -148,3 +148,30 @@ def test_import_neuralsim_world_model_is_light():
 
     code = "import sys, neuralsim.world_model; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_take_decoder_from_copies_only_the_decoder_and_checks_the_encoder(tiny_model):
+    import copy
+
+    from neuralsim.world_model.model import DECODER_PREFIXES, CheckpointError
+
+    base = copy.deepcopy(tiny_model)
+    base.config.recipe = {"stages": [{"stage": "dit", "objective": "step_forcing", "steps": 10}]}
+    donor = copy.deepcopy(tiny_model)
+    donor.config.recipe = {"stages": [{"stage": "dit", "steps": 5}, {"stage": "decoder", "steps": 7}]}
+    with torch.no_grad():
+        for p in donor.parameters():
+            p.add_(0.01)  # every weight differs, encoder and DiT included
+    with pytest.raises(CheckpointError, match="different encoder"):
+        copy.deepcopy(base).take_decoder_from(donor)
+    with torch.no_grad():  # the donor now shares the encoder: only its decoder and DiT differ
+        for name, t in donor.state_dict().items():
+            if not name.startswith(DECODER_PREFIXES) and not name.startswith("dit."):
+                t.copy_(base.state_dict()[name])
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    base.take_decoder_from(donor)
+    after, theirs = base.state_dict(), donor.state_dict()
+    changed = {k for k in after if not torch.equal(after[k], before[k])}
+    assert changed and all(k.startswith(DECODER_PREFIXES) for k in changed)
+    assert all(torch.equal(after[k], theirs[k]) for k in after if k.startswith(DECODER_PREFIXES))
+    assert [st["stage"] for st in base.config.recipe["stages"]] == ["dit", "decoder"]
