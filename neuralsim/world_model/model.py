@@ -199,7 +199,8 @@ class WorldModel(nn.Module):
             if name.startswith(DECODER_PREFIXES):
                 own[name].copy_(t)
         stages = [st for st in donor.config.recipe.get("stages", []) if st.get("stage") == "decoder"]
-        self.config.recipe = {**self.config.recipe,
+        counts = {k: v for k, v in donor.config.recipe.items() if k.startswith("decoder_")}  # steps done
+        self.config.recipe = {**self.config.recipe, **counts,
                               "stages": list(self.config.recipe.get("stages", [])) + stages}
         return self
 

@@ -158,7 +158,8 @@ def test_take_decoder_from_copies_only_the_decoder_and_checks_the_encoder(tiny_m
     base = copy.deepcopy(tiny_model)
     base.config.recipe = {"stages": [{"stage": "dit", "objective": "step_forcing", "steps": 10}]}
     donor = copy.deepcopy(tiny_model)
-    donor.config.recipe = {"stages": [{"stage": "dit", "steps": 5}, {"stage": "decoder", "steps": 7}]}
+    donor.config.recipe = {"stages": [{"stage": "dit", "steps": 5}, {"stage": "decoder", "steps": 7}],
+                           "decoder_reconstruction_steps": 6, "dit_step_forcing_steps": 5}
     with torch.no_grad():
         for p in donor.parameters():
             p.add_(0.01)  # every weight differs, encoder and DiT included
@@ -175,3 +176,4 @@ def test_take_decoder_from_copies_only_the_decoder_and_checks_the_encoder(tiny_m
     assert changed and all(k.startswith(DECODER_PREFIXES) for k in changed)
     assert all(torch.equal(after[k], theirs[k]) for k in after if k.startswith(DECODER_PREFIXES))
     assert [st["stage"] for st in base.config.recipe["stages"]] == ["dit", "decoder"]
+    assert base.config.recipe["decoder_reconstruction_steps"] == 6 and "dit_step_forcing_steps" not in base.config.recipe
