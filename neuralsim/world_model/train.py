@@ -315,7 +315,7 @@ def train(cfg: TrainConfig) -> dict:
     import torch
 
     from .config import preset
-    from .model import WorldModel, load_safetensors
+    from .model import DECODER_PREFIXES, WorldModel, load_safetensors
     from .objectives import get_objective
 
     if cfg.stage not in STAGES:
@@ -358,9 +358,8 @@ def train(cfg: TrainConfig) -> dict:
     model.to(device)
     wm_cfg = model.config
     recipe = dict(wm_cfg.recipe)
-    vae = model.autoencoder.vae
     trainable = {"autoencoder": {"autoencoder.": model.autoencoder},
-                 "decoder": {"autoencoder.vae.decoder.": vae.decoder, "autoencoder.vae.post_quant_conv.": vae.post_quant_conv},
+                 "decoder": {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in DECODER_PREFIXES},
                  "dit": {"dit.": model.dit}}[cfg.stage]
     model.requires_grad_(False).eval()
     for module in trainable.values():
@@ -416,16 +415,14 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.stage == "dit":
         loss_fn, loss_kwargs = get_objective(cfg.objective)
     stage_obj = cfg.objective if cfg.stage == "dit" else "reconstruction"
+    budget = {"steps": cfg.steps, **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {})}
     if ckpt is None:
         recipe["stages"] = list(recipe.get("stages", [])) + [{
             "stage": cfg.stage, "objective": cfg.objective if cfg.stage == "dit" else "reconstruction",
-            "data": cfg.data, "steps": cfg.steps, "batch_size": cfg.batch_size * world, "lr": cfg.lr,
-            **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {})}]
+            "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget}]
     elif recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
-        last = {**recipe["stages"][-1], "steps": cfg.steps}
-        if cfg.decay_steps:
-            last["decay_steps"] = cfg.decay_steps
-        recipe["stages"] = [*recipe["stages"][:-1], last]
+        last = {k: v for k, v in recipe["stages"][-1].items() if k not in ("steps", "decay_steps")}
+        recipe["stages"] = [*recipe["stages"][:-1], {**last, **budget}]
 
     metrics_path = out / "metrics.jsonl"
     if is_main and metrics_path.exists():  # drop lines a crashed run wrote after its last checkpoint
