@@ -51,6 +51,18 @@ class ViewAutoencoder(nn.Module):
             sample_size=config.image_size,
             mid_block_add_attention=False,
         )
+        if config.decoder_depth != config.layers_per_block:
+            self.vae.decoder = self._make_decoder(config)
+
+    @staticmethod
+    def _make_decoder(config: AutoencoderConfig) -> nn.Module:
+        """diffusers' VAE ``Decoder`` as ``AutoencoderKL`` builds it, with ``config.decoder_depth`` layers per block."""
+        from diffusers.models.autoencoders.vae import Decoder
+
+        return Decoder(in_channels=config.latent_channels, out_channels=3,
+                       up_block_types=("UpDecoderBlock2D",) * len(config.block_out_channels),
+                       block_out_channels=config.block_out_channels, layers_per_block=config.decoder_depth,
+                       norm_num_groups=config.norm_num_groups, act_fn="silu", mid_block_add_attention=False)
 
     def _check(self, images: torch.Tensor) -> None:
         s = self.config.image_size

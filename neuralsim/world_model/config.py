@@ -45,7 +45,10 @@ class AutoencoderConfig:
     block_out_channels: tuple[int, ...] = (16, 32, 64)
     """Channels per resolution level; ``len - 1`` downsamplings by 2."""
     layers_per_block: int = 1
-    """ResNet layers per level."""
+    """ResNet layers per level of the encoder (diffusers' decoder has one more per level)."""
+    decoder_layers_per_block: int | None = None
+    """The decoder's own ``layers_per_block`` (None: the same as the encoder's).  0 gives one ResNet
+    per level instead of two: ~25% fewer decoder FLOPs, see :meth:`WorldModel.with_decoder_layers`."""
     latent_channels: int = 4
     """Channels of the latent."""
     norm_num_groups: int = 16
@@ -61,12 +64,27 @@ class AutoencoderConfig:
                 f"norm_num_groups={self.norm_num_groups} must divide every block_out_channels entry, "
                 f"got {self.block_out_channels}"
             )
+        if self.decoder_layers_per_block is not None:
+            self.decoder_layers_per_block = int(self.decoder_layers_per_block)
+            if self.decoder_layers_per_block < 0:
+                raise ValueError(f"decoder_layers_per_block must be >= 0, got {self.decoder_layers_per_block}")
         if self.image_size % self.downsample:
             raise ValueError(f"image_size={self.image_size} is not divisible by the downsampling {self.downsample}")
 
     @property
     def downsample(self) -> int:
         return 2 ** (len(self.block_out_channels) - 1)
+
+    @property
+    def decoder_depth(self) -> int:
+        """The decoder's ``layers_per_block`` (it builds ``decoder_depth + 1`` ResNets per level)."""
+        return self.layers_per_block if self.decoder_layers_per_block is None else self.decoder_layers_per_block
+
+    def encoder_fields(self) -> dict:
+        """Every field but the decoder's depth: equal for two autoencoders whose latents mean the same."""
+        d = dataclasses.asdict(self)
+        d.pop("decoder_layers_per_block")
+        return d
 
     @property
     def latent_size(self) -> int:

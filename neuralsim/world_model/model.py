@@ -24,10 +24,12 @@ re-measures.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +51,9 @@ FORMAT_TAG = "neuralsim.world_model"
 
 #: State-dict prefixes of the decoding half of the autoencoder (what ``neuralsim train --stage decoder`` trains).
 DECODER_PREFIXES = ("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")
+
+
+_UP_RESNET = re.compile(r"autoencoder\.vae\.decoder\.up_blocks\.\d+\.resnets\.(\d+)\.(\w+)\.")
 
 
 class CheckpointError(ValueError):
@@ -185,7 +190,7 @@ class WorldModel(nn.Module):
         """
         from .latents import autoencoder_fingerprint
 
-        if donor.config.autoencoder != self.config.autoencoder:
+        if donor.config.autoencoder.encoder_fields() != self.config.autoencoder.encoder_fields():
             raise CheckpointError(f"autoencoder configs differ: {donor.config.autoencoder} vs {self.config.autoencoder}")
         size = self.config.autoencoder.image_size
         same_stats = torch.equal(donor.latent_mean.cpu(), self.latent_mean.cpu()) and torch.equal(
@@ -194,6 +199,10 @@ class WorldModel(nn.Module):
                 or not same_stats:
             raise CheckpointError("the decoder donor has a different encoder or latent normalisation; its decoder "
                                   "would not understand this model's latents")
+        depth = donor.config.autoencoder.decoder_layers_per_block
+        if donor.config.autoencoder.decoder_depth != self.config.autoencoder.decoder_depth:
+            self.config.autoencoder.decoder_layers_per_block = depth
+            self.autoencoder.vae.decoder = ViewAutoencoder._make_decoder(self.config.autoencoder).to(self.device)
         own = self.state_dict()
         for name, t in donor.state_dict().items():
             if name.startswith(DECODER_PREFIXES):
@@ -203,6 +212,35 @@ class WorldModel(nn.Module):
         self.config.recipe = {**self.config.recipe, **counts,
                               "stages": list(self.config.recipe.get("stages", [])) + stages}
         return self
+
+    @torch.no_grad()
+    def with_decoder_layers(self, layers_per_block: int) -> "WorldModel":
+        """A copy of this model whose decoder has ``layers_per_block + 1`` ResNets per up block.
+
+        Fewer (e.g. 0 from the default 1): each up block keeps its first ResNet, the one that changes the
+        channel count, and drops the later ones.  They are residual, so the pruned decoder stays close
+        to the original and a short ``neuralsim train --stage decoder`` run recovers the quality.  More:
+        the added ResNets start as the identity (output convolution zeroed).  The encoder, the latent
+        statistics and the DiT are copied bit for bit, so the DiT's latents keep their meaning.
+        """
+        layers_per_block = int(layers_per_block)
+        cfg = WorldModelConfig.from_dict(self.config.to_dict())
+        cfg.autoencoder = dataclasses.replace(cfg.autoencoder, decoder_layers_per_block=layers_per_block)
+        new = type(self)(cfg).to(self.device)
+        old = self.state_dict()
+        kept = self.config.autoencoder.decoder_depth + 1  # ResNets per up block in this model
+        for name, t in new.state_dict().items():
+            if name in old:
+                if old[name].shape != t.shape:
+                    raise CheckpointError(f"{name}: shape {tuple(old[name].shape)} cannot become {tuple(t.shape)}")
+                t.copy_(old[name])
+                continue
+            match = _UP_RESNET.match(name)
+            if match is None or int(match.group(1)) < kept:
+                raise CheckpointError(f"{name} has no counterpart in the source model")
+            if match.group(2) == "conv2":  # a new residual branch that adds nothing yet
+                t.zero_()
+        return new.eval()
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:

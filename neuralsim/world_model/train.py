@@ -99,6 +99,9 @@ class TrainConfig:
     """DiT stage on a dataset root: encode every episode once into ``<data>/.latent_cache`` first."""
     num_threads: int | None = None
     progress: bool = True
+    decoder_layers_per_block: int | None = None
+    """Decoder stage started from ``init_from``: rebuild the decoder with this many layers per block
+    first (:meth:`~neuralsim.world_model.model.WorldModel.with_decoder_layers`; 0 = a faster decoder)."""
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -131,6 +134,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     g = parser.add_mutually_exclusive_group()
     g.add_argument("--resume", dest="resume", action="store_true", default=None)
     g.add_argument("--no-resume", dest="resume", action="store_false")
+    parser.add_argument("--decoder-layers-per-block", dest="decoder_layers_per_block", type=int, default=None,
+                        help="--stage decoder with --init-from: prune (or deepen) the decoder to this many layers "
+                             "per block before training it (0: one ResNet per level, a faster decoder)")
     parser.add_argument("--max-minutes", dest="max_minutes", type=float, default=None)
     parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=d.checkpoint_every)
     parser.add_argument("--log-every", dest="log_every", type=int, default=d.log_every)
@@ -323,6 +329,9 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.steps < 0 or cfg.batch_size < 1 or cfg.decay_steps < 0:
         raise ValueError(f"need steps >= 0, batch_size >= 1 and decay_steps >= 0, got {cfg.steps}, {cfg.batch_size}, "
                          f"{cfg.decay_steps}")
+    if cfg.decoder_layers_per_block is not None and (cfg.stage != "decoder" or not cfg.init_from):
+        raise ValueError("--decoder-layers-per-block rebuilds the decoder of an --init-from model; it needs "
+                         f"--stage decoder and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     rank, world, local_rank = _rank_info()
@@ -352,6 +361,10 @@ def train(cfg: TrainConfig) -> dict:
     elif cfg.init_from:
         model = WorldModel.from_pretrained(cfg.init_from)
         log.info("initialised from %s (its config wins over --config)", cfg.init_from)
+        depth = cfg.decoder_layers_per_block
+        if depth is not None and depth != model.config.autoencoder.decoder_depth:
+            model = model.with_decoder_layers(depth)
+            log.info("decoder rebuilt with %d layers per block (%d ResNets per level)", depth, depth + 1)
     else:
         torch.manual_seed(cfg.seed)
         model = WorldModel(preset(cfg.config))
@@ -419,7 +432,8 @@ def train(cfg: TrainConfig) -> dict:
     if ckpt is None:
         recipe["stages"] = list(recipe.get("stages", [])) + [{
             "stage": cfg.stage, "objective": cfg.objective if cfg.stage == "dit" else "reconstruction",
-            "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget}]
+            "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget,
+            **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {})}]
     elif recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
         last = {k: v for k, v in recipe["stages"][-1].items() if k not in ("steps", "decay_steps")}
         recipe["stages"] = [*recipe["stages"][:-1], {**last, **budget}]

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from neuralsim.world_model.config import preset
 from neuralsim.world_model.model import CheckpointError, WorldModel
 
-from .conftest import conds, randomise
+from .conftest import conds, latents, randomise
 
 
 def _views(wm, b, seed=0):
@@ -177,3 +177,56 @@ def test_take_decoder_from_copies_only_the_decoder_and_checks_the_encoder(tiny_m
     assert all(torch.equal(after[k], theirs[k]) for k in after if k.startswith(DECODER_PREFIXES))
     assert [st["stage"] for st in base.config.recipe["stages"]] == ["dit", "decoder"]
     assert base.config.recipe["decoder_reconstruction_steps"] == 6 and "dit_step_forcing_steps" not in base.config.recipe
+
+
+def test_with_decoder_layers_prunes_the_decoder_and_keeps_everything_else(tiny_model, tmp_path):
+    """A shallower decoder: fewer decoder weights, same encoder/DiT/statistics; deepening back is the identity."""
+    import copy
+
+    base = copy.deepcopy(tiny_model)
+    randomise(base.autoencoder, seed=3, std=0.1)  # the tiny model's decoder must do something
+    assert base.config.autoencoder.decoder_depth == 1
+    pruned = base.with_decoder_layers(0)
+    assert pruned.config.autoencoder.decoder_layers_per_block == 0
+    assert base.config.autoencoder.decoder_layers_per_block is None  # the source is untouched
+    ours, theirs = pruned.state_dict(), base.state_dict()
+    assert set(ours) < set(theirs)
+    dropped = set(theirs) - set(ours)
+    assert dropped and all(".resnets.1." in k and k.startswith("autoencoder.vae.decoder.up_blocks.") for k in dropped)
+    assert all(torch.equal(t, theirs[k]) for k, t in ours.items())
+
+    z = latents(base.config, 2, seed=1)
+    with torch.inference_mode():
+        full, short = base.decode(z), pruned.decode(z)
+        # deepening adds ResNets whose output convolution is zero: the same function as the pruned one
+        deep = pruned.with_decoder_layers(1)
+        assert torch.equal(deep.decode(z), short)
+        assert torch.equal(pruned.encode(full), base.encode(full))
+    assert short.shape == full.shape and not torch.equal(short, full)
+
+    # the depth is part of the checkpoint
+    pruned.save_pretrained(tmp_path / "p")
+    assert json.loads((tmp_path / "p" / "config.json").read_text())["autoencoder"]["decoder_layers_per_block"] == 0
+    back = WorldModel.from_pretrained(tmp_path / "p")
+    with torch.inference_mode():
+        assert torch.equal(back.decode(z), short)
+    with pytest.raises(ValueError, match="decoder_layers_per_block must be >= 0"):
+        base.with_decoder_layers(-1)
+
+
+def test_take_decoder_from_a_donor_with_another_decoder_depth(tiny_model):
+    """The DiT of one run and the shallower decoder of another: the model adopts the donor's decoder shape."""
+    import copy
+
+    base = copy.deepcopy(tiny_model)
+    donor = base.with_decoder_layers(0)
+    with torch.no_grad():
+        for name, p in donor.named_parameters():
+            if name.startswith("autoencoder.vae.decoder."):
+                p.add_(0.05)
+    base.take_decoder_from(donor)
+    assert base.config.autoencoder.decoder_depth == 0
+    z = latents(base.config, 1, seed=2)
+    with torch.inference_mode():
+        assert torch.equal(base.decode(z), donor.decode(z))
+    assert all(torch.equal(t, tiny_model.state_dict()[k]) for k, t in base.state_dict().items() if k.startswith("dit."))

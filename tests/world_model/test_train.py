@@ -107,3 +107,23 @@ def test_learning_rate_warmup_stable_decay():
     assert learning_rate(TrainConfig(lr=1e-3, warmup=1, steps=100), 99) == pytest.approx(1e-3)  # no decay by default
     with pytest.raises(ValueError, match="decay_steps"):
         train(TrainConfig(decay_steps=-1, data="synthetic:4", progress=False))
+
+
+def test_decoder_stage_can_rebuild_a_shallower_decoder(tmp_path):
+    """``--decoder-layers-per-block 0``: the decoder is pruned before training and the depth is recorded."""
+    base = tmp_path / "ae"
+    train(_cfg(base, stage="autoencoder", steps=2))
+    with pytest.raises(ValueError, match="needs --stage decoder and --init-from"):
+        train(_cfg(tmp_path / "x", stage="dit", init_from=str(base / "model"), decoder_layers_per_block=0))
+    dec = tmp_path / "dec"
+    train(_cfg(dec, stage="decoder", steps=4, init_from=str(base / "model"), decoder_layers_per_block=0, lr=3e-3,
+               warmup=1, checkpoint_every=2))
+    summary = train(_cfg(dec, stage="decoder", steps=6, init_from=str(base / "model"), decoder_layers_per_block=0,
+                         lr=3e-3, warmup=1, checkpoint_every=2))  # resumes the pruned run
+    assert summary["step"] == 6
+    a, b = WorldModel.from_pretrained(base / "model"), WorldModel.from_pretrained(dec / "model")
+    assert b.config.autoencoder.decoder_depth == 0 and a.config.autoencoder.decoder_depth == 1
+    assert b.config.recipe["stages"][-1]["decoder_layers_per_block"] == 0
+    assert sum(p.numel() for p in b.parameters()) < sum(p.numel() for p in a.parameters())
+    shared = [k for k in b.state_dict() if not k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant"))]
+    assert shared and all(torch.equal(b.state_dict()[k], a.state_dict()[k]) for k in shared)
