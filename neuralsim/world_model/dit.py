@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +83,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     inputs PyTorch's fused CPU kernel applies, while 5-D inputs fall back to the unfused math path
     (~2x slower at our sizes).
     """
+    if q.shape[-2] == 1 and (mask is None or mask.is_floating_point()):
+        # one query (cached inference): two small batched products beat the fused kernel's per-call setup
+        scores = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        if mask is not None:
+            scores = scores + mask
+        return torch.matmul(scores.softmax(dim=-1), v)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
@@ -149,15 +155,16 @@ class DiTBlock(nn.Module):
         nn.init.zeros_(self.ada[1].weight)
         nn.init.zeros_(self.ada[1].bias)
 
-    def forward(self, x: torch.Tensor, c: torch.Tensor, temporal_core: TemporalCore,
+    def forward(self, x: torch.Tensor, mod: torch.Tensor, temporal_core: TemporalCore,
                 kv_only: bool = False) -> torch.Tensor | None:
-        """x (B, T, N, D), c (B, T, D); ``temporal_core(q, k, v)`` maps (B*N, H, T, Dh) -> same.
+        """x (B, T, N, D); ``mod`` (B, T, 9D) = ``self.ada(c)`` of the frame condition c (see
+        :meth:`CausalDiT.conditioning`); ``temporal_core(q, k, v)`` maps (B*N, H, T, Dh) -> same.
 
         ``kv_only``: stop once the temporal keys/values are handed to ``temporal_core`` (which must then
         accept them without attending) and return None -- all a commit pass needs from the last block.
         """
         b, t, n, d = x.shape
-        mods = self.ada(c)[:, :, None, :].chunk(9, dim=-1)  # 9 x (B, T, 1, D)
+        mods = mod[:, :, None, :].chunk(9, dim=-1)  # 9 x (B, T, 1, D)
         sh1, sc1, g1, sh2, sc2, g2, sh3, sc3, g3 = mods
 
         # spatial: all tokens of one frame
@@ -223,21 +230,28 @@ class CausalDiT(nn.Module):
             raise ValueError(f"expected latents (..., {', '.join(map(str, want))}) with {frame_dims} leading dims, "
                              f"got {tuple(x.shape)}")
 
+    def conditioning(self, t: torch.Tensor, cond: torch.Tensor) -> "Conditioning":
+        """What a pass derives from (noise level, condition) alone: c = embed(t) + MLP(cond) (B, T, D) and
+        from it every block's AdaLN modulation (B, T, 9D) and the head's (B, T, 2D)."""
+        c = self.noise_embed(t) + self.cond_embed(cond)
+        return Conditioning([block.ada(c) for block in self.blocks], self.final_ada(c))
+
     def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
-             kv_only: bool = False) -> torch.Tensor | None:
+             kv_only: bool = False, conditioning: "Conditioning | None" = None) -> torch.Tensor | None:
         """Shared trunk: x (B, T, V, C, h, w), t (B, T), cond (B, T, 7) -> velocity (B, T, V, C, h, w).
 
         ``kv_only``: a commit pass -- every block's temporal keys/values go to its core, and the pass stops
         after the last block's (its attention, MLP and the head would be thrown away); returns None.
+        ``conditioning``: :meth:`conditioning` of (t, cond) if already computed (t and cond are then unused).
         """
         h = self.patch_embed(self.patchify(x)) + self.pos_embed  # (B, T, N, D)
-        c = self.noise_embed(t) + self.cond_embed(cond)  # (B, T, D)
+        mods = self.conditioning(t, cond) if conditioning is None else conditioning
         last = len(self.blocks) - 1
         for i, (block, core) in enumerate(zip(self.blocks, temporal_cores)):
-            h = block(h, c, core, kv_only=kv_only and i == last)
+            h = block(h, mods.blocks[i], core, kv_only=kv_only and i == last)
         if kv_only:
             return None
-        shift, scale = self.final_ada(c)[:, :, None, :].chunk(2, dim=-1)
+        shift, scale = mods.final[:, :, None, :].chunk(2, dim=-1)
         return self.unpatchify(self.final_out(modulate(self.final_norm(h), shift, scale)))
 
     # -- training / reference ------------------------------------------------------
@@ -307,24 +321,50 @@ class CausalDiT(nn.Module):
             cores.append(core)
         return cores
 
-    def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, context: "CachedContext") -> torch.Tensor:
+    def frame_conditioning(self, levels: Sequence[float], cond: torch.Tensor) -> list["Conditioning"]:
+        """:meth:`conditioning` of one new frame (cond (b, 7)) at each noise level in ``levels``, for
+        :meth:`denoise` / :meth:`commit`: one batched product per block instead of one per pass."""
+        t = torch.tensor([float(x) for x in levels], device=cond.device).expand(cond.shape[0], -1)  # (b, P)
+        mods = self.conditioning(t, cond[:, None].expand(-1, t.shape[1], -1))
+        return [mods.select(p) for p in range(t.shape[1])]
+
+    def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, context: "CachedContext",
+                conditioning: "Conditioning | None" = None) -> torch.Tensor:
         """Velocity of one new frame per row, attending to a cache snapshot from :meth:`read_cache`.
 
-        x: (b, V, C, h, w) at noise level t (b,); cond (b, 7).
+        x: (b, V, C, h, w) at noise level t (b,); cond (b, 7); ``conditioning``: optional precomputed
+        :meth:`frame_conditioning` entry of this (t, cond).
         """
         self._check_latents(x, 1)
-        return self._run(x[:, None], t[:, None], cond[:, None], self._cached_cores(context, None))[:, 0]
+        return self._run(x[:, None], t[:, None], cond[:, None], self._cached_cores(context, None),
+                         conditioning=conditioning)[:, 0]
 
-    def commit(self, x: torch.Tensor, cond: torch.Tensor, context: "CachedContext", cache: KVCache) -> None:
-        """Write the finished frame x (b, V, C, h, w) (clean, t = 0) into ``cache`` for ``context.rows``."""
+    def commit(self, x: torch.Tensor, cond: torch.Tensor, context: "CachedContext", cache: KVCache,
+               conditioning: "Conditioning | None" = None) -> None:
+        """Write the finished frame x (b, V, C, h, w) (clean, t = 0) into ``cache`` for ``context.rows``.
+
+        ``conditioning``: optional precomputed :meth:`frame_conditioning` entry of (t = 0, cond)."""
         self._check_latents(x, 1)
         store: list = []
         b, n, h, dh = x.shape[0], self.config.tokens_per_frame, self.config.num_heads, self.config.head_dim
         t0 = torch.zeros(b, 1, device=x.device)
-        self._run(x[:, None], t0, cond[:, None], self._cached_cores(context, store), kv_only=True)
+        self._run(x[:, None], t0, cond[:, None], self._cached_cores(context, store), kv_only=True,
+                  conditioning=conditioning)
         for layer, (k, v) in enumerate(store):
             cache.append(layer, context.rows, k.reshape(b, n, h, dh), v.reshape(b, n, h, dh))
         cache.advance(context.rows)
+
+
+@dataclass
+class Conditioning:
+    """Per-block AdaLN modulations (B, T, 9D) and the head's (B, T, 2D) of some (noise level, cond) frames."""
+
+    blocks: list[torch.Tensor]
+    final: torch.Tensor
+
+    def select(self, index: int) -> "Conditioning":
+        """Frame ``index`` along T only (T becomes 1)."""
+        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1])
 
 
 @dataclass

@@ -53,11 +53,12 @@ def sample_frame(model: CausalDiT, noise: torch.Tensor, schedule: Sequence[float
     """
     ts = [0.0] + [float(t) for t in schedule]
     context = model.read_cache(cache, rows)
+    conditioning = model.frame_conditioning(ts, cond)  # entry k: noise level ts[k]; 0 is the commit pass's
     x = noise
     for k in range(len(ts) - 1, 0, -1):
         t = torch.full((x.shape[0],), ts[k], device=x.device)
-        v = model.denoise(x, t, cond, context)
+        v = model.denoise(x, t, cond, context, conditioning[k])
         x = euler_step(x, v, ts[k], ts[k - 1])
     if commit:
-        model.commit(x, cond, context, cache)
+        model.commit(x, cond, context, cache, conditioning[0])
     return x
