@@ -110,3 +110,27 @@ def test_step_requires_reset(tiny_model):
     state = tiny_model.new_state(2)
     with pytest.raises(RuntimeError, match="reset"):
         tiny_model.step(state, torch.zeros(2, 7))
+
+
+def test_fast_inference_pieces_equal_their_reference_math():
+    """The inference-only GELU and the single-query attention path agree with the library functions."""
+    import torch.nn.functional as F
+
+    from neuralsim.world_model.dit import TanhGELU, attention
+
+    x = torch.randn(2, 3, 40, 64, generator=torch.Generator().manual_seed(0)) * 4
+    x0 = x.clone()
+    ref = F.gelu(x, approximate="tanh")
+    with torch.no_grad():
+        fast = TanhGELU()(x)
+    torch.testing.assert_close(fast, ref, rtol=1e-6, atol=1e-6)
+    xg = x.clone().requires_grad_(True)  # with autograd recording it is the library kernel itself
+    assert torch.equal(TanhGELU()(xg).detach(), ref)
+    assert torch.equal(x, x0)  # input untouched (the fast path works in place on temporaries only)
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = torch.randn(6, 2, 1, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g)
+    mask = torch.zeros(6, 1, 1, 5)
+    mask[:3, ..., :2] = float("-inf")
+    torch.testing.assert_close(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    torch.testing.assert_close(attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
