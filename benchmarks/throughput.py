@@ -15,8 +15,9 @@ the window first so the timed steps run at full window.
 ``--env`` also times ``env.step`` of ``NeuralDROID-v0`` end to end (action checks, the action adapter,
 forward kinematics, the world model, decoding, observation assembly; no reward function) at
 N = 1 (``NeuralDROIDEnv``) and for each ``--batch-sizes`` N > 1 (``gym.make_vec``, one batched world
-model), with smooth random actions, after the window has filled.  JSON goes to
-``benchmarks/results/throughput.json``.
+model), with smooth random actions, after the window has filled.  Every row is the median of
+``--repeats`` timed blocks of ``--steps`` (each block's time is in the JSON too): this shared VM's
+speed drifts by tens of percent within minutes.  JSON goes to ``benchmarks/results/throughput.json``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,22 @@ def _recompute_step(wm, history, hist_cond, cond, generator, window):
     return x, wm.decode(x)
 
 
-def measure(wm, batch: int, steps: int, window: int, seed: int = 0) -> dict:
+def _median_time(fn, steps: int, repeats: int) -> tuple[float, list[float]]:
+    """Seconds per call of ``fn``: the median over ``repeats`` blocks of ``steps`` calls (and every block's
+    ms per call).  On a shared VM whose speed drifts, a median of blocks resists a slow spell better than
+    one long block."""
+    import statistics
+
+    blocks = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        blocks.append((time.perf_counter() - t0) / steps)
+    return statistics.median(blocks), [round(1000 * b, 2) for b in blocks]
+
+
+def measure(wm, batch: int, steps: int, window: int, seed: int = 0, repeats: int = 3) -> dict:
     import torch
 
     s = wm.config.autoencoder.image_size
@@ -60,13 +76,11 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0) -> dict:
     state = wm.new_state(batch, window=window)
     wm.reset(state, None, views, cond)
     frames = [wm.encode(views)]
-    for _ in range(warm):
-        frames.append(wm.step_latents(state, cond, g))
-        wm.decode(frames[-1])
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        wm.step(state, cond, g)
-    cached = time.perf_counter() - t0
+    with torch.inference_mode():
+        for _ in range(warm):
+            frames.append(wm.step_latents(state, cond, g))
+            wm.decode(frames[-1])
+    per_step, blocks = _median_time(lambda: wm.step(state, cond, g), steps, repeats)
 
     with torch.inference_mode():  # recompute from the same full window the cached run had
         hist, hc = torch.stack(frames[-window:], 1), cond[:, None].expand(-1, min(window, len(frames)), -1)
@@ -76,10 +90,10 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0) -> dict:
             x, _ = _recompute_step(wm, hist, hc, cond, g, window)
             hist, hc = torch.cat([hist, x[:, None]], 1)[:, -window:], torch.cat([hc, cond[:, None]], 1)[:, -window:]
         recompute = (time.perf_counter() - t0) / n_re
-    per_step = cached / steps
     return {
         "batch_size": batch,
         "window": window,
+        "cached_ms_per_step_blocks": blocks,
         "cached_time_steps_per_s": 1.0 / per_step,
         "cached_frames_per_s": batch / per_step,
         "recompute_time_steps_per_s": 1.0 / recompute,
@@ -89,7 +103,7 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0) -> dict:
     }
 
 
-def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 0) -> dict:
+def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 0, repeats: int = 3) -> dict:
     """``env.step`` calls per second (and env steps per second) of NeuralDROID-v0 with ``num_envs`` rows."""
     import gymnasium as gym
     import numpy as np
@@ -114,13 +128,10 @@ def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 
     env.reset(seed=seed)
     for _ in range(warmup):
         env.step(action())
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        env.step(action())
-    dt = (time.perf_counter() - t0) / steps
+    dt, blocks = _median_time(lambda: env.step(action()), steps, repeats)
     env.close()
     return {"num_envs": num_envs, "step_calls_per_s": 1.0 / dt, "env_steps_per_s": num_envs / dt,
-            "ms_per_call": 1000 * dt}
+            "ms_per_call": 1000 * dt, "ms_per_call_blocks": blocks}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch thread counts to time, each in turn (default 1 2; 0 = torch's default). Time on an "
                         "idle machine: with 2 threads, small-batch inference collapses when another process holds a "
                         "core (OpenMP threads wait on a descheduled peer)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="timed blocks of --steps per row; the row reports their median (default 3)")
     p.add_argument("--quick", action="store_true", help="fewer steps (< 60 s)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "throughput.json"))
     args = p.parse_args(argv)
@@ -162,19 +175,22 @@ def main(argv: list[str] | None = None) -> int:
                 prm.normal_(0, 0.02)
     window = args.window or wm.config.window
     steps = 10 if args.quick else args.steps
+    repeats = 1 if args.quick else args.repeats
+    if steps < 1 or repeats < 1:
+        raise SystemExit(f"--steps and --repeats must be >= 1, got {steps}, {repeats}")
     results, env_results = [], []
     for threads in args.threads:
         torch.set_num_threads(threads or default_threads)
         n_threads = torch.get_num_threads()
         for b in args.batch_sizes:
-            r = {"threads": n_threads, **measure(wm, b, steps, window)}
+            r = {"threads": n_threads, **measure(wm, b, steps, window, repeats=repeats)}
             results.append(r)
             print(f"{n_threads} thread(s), batch {b:3d}: cached {r['cached_frames_per_s']:7.1f} frames/s "
                   f"({r['cached_time_steps_per_s']:.1f} steps/s), recompute {r['recompute_frames_per_s']:7.1f} frames/s, "
                   f"speedup x{r['cache_speedup']:.1f}, cache {r['cache_memory_mb']:.2f} MiB")
         if args.env:
             for n in sorted({1, *args.batch_sizes}):
-                r = {"threads": n_threads, **measure_env(args.model, n, steps, warmup=window)}
+                r = {"threads": n_threads, **measure_env(args.model, n, steps, warmup=window, repeats=repeats)}
                 env_results.append(r)
                 print(f"{n_threads} thread(s), NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s = "
                       f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call)")
@@ -188,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
         "quick": args.quick,
+        "steps_per_block": steps,
+        "repeats": repeats,
         "results": results,
         "env": env_results,
     }
