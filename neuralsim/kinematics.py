@@ -98,6 +98,8 @@ def link_transforms(q):
     xp, is_torch = _backend(q)
     if q.shape[-1] != 7:
         raise ValueError(f"joint positions must have 7 entries in the last dimension, got shape {tuple(q.shape)}")
+    if not is_torch:
+        return _link_transforms_np(np.asarray(q))
     frames = []
     T = None
     for i in range(7):
@@ -110,6 +112,35 @@ def link_transforms(q):
     if is_torch:
         return xp.stack(frames, dim=-3)
     return np.stack(frames, axis=-3)
+
+
+#: DH parameters (a, d, alpha) of the 7 joints, then the flange (a fixed frame, theta = 0), and the
+#: constant entries of each DH matrix (computed as :func:`_dh_matrix` does, in Python floats).
+_DH8 = [tuple(float(x) for x in row) for row in DH_TABLE] + [(0.0, FLANGE_OFFSET, 0.0)]
+_DH_CONST = np.array([[a, math.cos(al), math.sin(al), -math.sin(al), -math.sin(al) * d, math.cos(al) * d]
+                      for a, d, al in _DH8])  # (8, 6): a, ca, sa, -sa, -sa*d, ca*d
+
+
+def _link_transforms_np(q: np.ndarray) -> np.ndarray:
+    """:func:`link_transforms` for NumPy input: the 8 DH matrices filled into one array instead of
+    stacked entry by entry (~10x faster at batch 1; the env calls FK every step).  Same formulas and
+    product order as the generic path (equal to rounding)."""
+    dtype = q.dtype if q.dtype.kind == "f" else np.dtype(np.float64)
+    theta = np.concatenate([q.astype(dtype, copy=False), np.zeros(q.shape[:-1] + (1,), dtype)], axis=-1)  # (..., 8)
+    ct, st = np.cos(theta), np.sin(theta)
+    a, ca, sa, nsa, nsad, cad = _DH_CONST.astype(dtype).T
+    m = np.zeros(theta.shape + (4, 4), dtype)
+    m[..., 0, 0], m[..., 0, 1], m[..., 0, 3] = ct, -st, a
+    m[..., 1, 0], m[..., 1, 1], m[..., 1, 2], m[..., 1, 3] = st * ca, ct * ca, nsa, nsad
+    m[..., 2, 0], m[..., 2, 1], m[..., 2, 2], m[..., 2, 3] = st * sa, ct * sa, ca, cad
+    m[..., 3, 3] = 1.0
+    out = np.empty_like(m)
+    t = m[..., 0, :, :]
+    out[..., 0, :, :] = t
+    for i in range(1, 8):
+        t = t @ m[..., i, :, :]
+        out[..., i, :, :] = t
+    return out
 
 
 def flange_transforms(q):

@@ -83,3 +83,20 @@ def test_mujoco_joint_ranges_are_the_datasheet_limits():
     for i in range(7):
         jid = model.dof_jntid[h.arm_dof[i]]
         np.testing.assert_allclose(model.jnt_range[jid], [K.JOINT_LIMITS_LOW[i], K.JOINT_LIMITS_HIGH[i]], atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(7,), (1, 7), (3, 5, 7)])
+def test_numpy_fast_path_equals_the_entry_by_entry_dh_chain(shape, dtype):
+    """The NumPy FK (one filled array) gives the same bits as chaining :func:`_dh_matrix` frame by frame."""
+    q = np.random.default_rng(7).uniform(-2.5, 2.5, shape).astype(dtype)
+    T, frames = None, []
+    for i, (a, d, alpha) in enumerate(K.DH_TABLE):
+        Ti = K._dh_matrix(np, False, q[..., i], float(a), float(d), float(alpha))
+        T = Ti if T is None else T @ Ti
+        frames.append(T)
+    frames.append(T @ K._dh_matrix(np, False, np.zeros_like(q[..., 0]), 0.0, K.FLANGE_OFFSET, 0.0))
+    ref = np.stack(frames, axis=-3)
+    got = K.link_transforms(q)
+    assert got.dtype == ref.dtype and got.shape == shape[:-1] + (8, 4, 4)
+    assert np.array_equal(got, ref)

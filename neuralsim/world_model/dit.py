@@ -67,11 +67,20 @@ def rope_cos_sin(pos: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.
     return torch.cos(ang).float(), torch.sin(ang).float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the two halves of the last dim of ``x`` (…, L, Dh) by angles with cos/sin (…, L, Dh/2)."""
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotate the two halves of the last dim of ``x`` (…, L, Dh) by angles with cos/sin (…, L, Dh/2).
+
+    ``out``: write the result there (any strides, shape of ``x``) instead of a new tensor -- how
+    :meth:`CausalDiT.read_cache` fills its key buffers without an extra copy.
+    """
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    if out is None:
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    o1, o2 = out.chunk(2, dim=-1)
+    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1.0)
+    torch.mul(x1, sin, out=o2).addcmul_(x2, cos)
+    return out
 
 
 # ----------------------------------------------------------------------------- attention
@@ -329,7 +338,7 @@ class CausalDiT(nn.Module):
                 mask = mask.reshape(b * n, 1, 1, c + 1)
             # (b, N, H, C+1, Dh): cached frames, then one slot the new frame writes on every pass
             kbuf, vbuf = ck.new_empty(b, n, h, c + 1, dh), cv.new_empty(b, n, h, c + 1, dh)
-            kbuf[:, :, :, :c] = apply_rope(ck, cos, sin)
+            apply_rope(ck, cos, sin, out=kbuf[:, :, :, :c])
             vbuf[:, :, :, :c] = cv
             keys.append(kbuf.view(b * n, h, c + 1, dh))
             values.append(vbuf.view(b * n, h, c + 1, dh))
