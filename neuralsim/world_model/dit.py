@@ -142,6 +142,18 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor)
     return torch.addcmul(shift, x, scale_plus_one)
 
 
+def norm_modulate(norm: nn.LayerNorm, x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor) -> torch.Tensor:
+    """``modulate(norm(x), shift, 1 + scale)`` for x (B, T, N, D) and per-frame shift/scale (B, T, 1, D).
+
+    With a single frame (B = T = 1, batch-1 inference) the modulation is one (D,) vector pair, which
+    LayerNorm applies itself as its affine weight and bias: one op instead of two.
+    """
+    if shift.shape[0] * shift.shape[1] == 1:
+        d = x.shape[-1]
+        return F.layer_norm(x, (d,), scale_plus_one.reshape(d), shift.reshape(d), norm.eps)
+    return modulate(norm(x), shift, scale_plus_one)
+
+
 def scale_offset(chunks: int, scale_chunks: tuple[int, ...], dim: int) -> torch.Tensor:
     """(chunks * dim,) vector with 1 on the ``scale_chunks`` and 0 elsewhere: turns an AdaLN projection's
     raw output (shift, scale, gate, ...) into (shift, 1 + scale, gate, ...) with one addition."""
@@ -208,13 +220,13 @@ class DiTBlock(nn.Module):
         sh1, sc1, g1, sh2, sc2, g2, sh3, sc3, g3 = mods
 
         # spatial: all tokens of one frame
-        y = modulate(self.norm1(x), sh1, sc1)
+        y = norm_modulate(self.norm1, x, sh1, sc1)
         q, k, v = self.spatial_qkv(y).view(b * t, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)  # (B*T, H, N, Dh)
         y = attention(q, k, v).permute(0, 2, 1, 3).reshape(b, t, n, d)
         x = torch.addcmul(x, g1, self.spatial_out(y))
 
         # temporal: same token position across frames
-        y = modulate(self.norm2(x), sh2, sc2)
+        y = norm_modulate(self.norm2, x, sh2, sc2)
         qkv = self.temporal_qkv(y).view(b, t, n, 3, self.h, self.dh).permute(3, 0, 2, 4, 1, 5)  # (3, B, N, H, T, Dh)
         q, k, v = qkv.reshape(3, b * n, self.h, t, self.dh)
         y = temporal_core(q, k, v)
@@ -223,7 +235,7 @@ class DiTBlock(nn.Module):
         y = y.view(b, n, self.h, t, self.dh).permute(0, 3, 1, 2, 4).reshape(b, t, n, d)
         x = torch.addcmul(x, g2, self.temporal_out(y))
 
-        y = modulate(self.norm3(x), sh3, sc3)
+        y = norm_modulate(self.norm3, x, sh3, sc3)
         return torch.addcmul(x, g3, self.mlp(y))
 
 
@@ -293,7 +305,7 @@ class CausalDiT(nn.Module):
         if kv_only:
             return None
         shift, scale = mods.final[:, :, None, :].chunk(2, dim=-1)
-        return self.unpatchify(self.final_out(modulate(self.final_norm(h), shift, scale)))
+        return self.unpatchify(self.final_out(norm_modulate(self.final_norm, h, shift, scale)))
 
     # -- training / reference ------------------------------------------------------
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, window: int | None = None,

@@ -113,7 +113,8 @@ def test_step_requires_reset(tiny_model):
 
 
 def test_fast_inference_pieces_equal_their_reference_math():
-    """The inference-only GELU and the single-query attention path agree with the library functions."""
+    """The inference-only GELU, the one-frame LayerNorm+AdaLN and the single-query attention agree with the
+    plain formulas."""
     import torch.nn.functional as F
 
     from neuralsim.world_model.dit import TanhGELU, attention
@@ -127,6 +128,15 @@ def test_fast_inference_pieces_equal_their_reference_math():
     xg = x.clone().requires_grad_(True)  # with autograd recording it is the library kernel itself
     assert torch.equal(TanhGELU()(xg).detach(), ref)
     assert torch.equal(x, x0)  # input untouched (the fast path works in place on temporaries only)
+
+    from neuralsim.world_model.dit import modulate, norm_modulate
+
+    norm = torch.nn.LayerNorm(16, elementwise_affine=False, eps=1e-6)
+    h = torch.randn(1, 1, 5, 16) * 3 + 1
+    shift, scale1 = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+    torch.testing.assert_close(norm_modulate(norm, h, shift, scale1), modulate(norm(h), shift, scale1))
+    h2, shift2, scale2 = torch.cat([h, -h]), torch.cat([shift, shift * 2]), torch.cat([scale1, scale1 + 1])
+    torch.testing.assert_close(norm_modulate(norm, h2, shift2, scale2), modulate(norm(h2), shift2, scale2))
 
     g = torch.Generator().manual_seed(1)
     q, k, v = torch.randn(6, 2, 1, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g)
