@@ -276,8 +276,6 @@ class _Core:
         """Advance ``rows`` by one 1/15 s step with validated ``actions`` (b, 8)."""
         import torch
 
-        from ..world_model.sampler import sample_frame
-
         t0 = time.perf_counter()
         nxt, hit_limit = A.advance(self.joints.rows(rows), actions, self.action_mode)
         cond = np.concatenate([K.forward_kinematics(nxt.joint_position), nxt.gripper_position], 1).astype(np.float32)
@@ -287,8 +285,8 @@ class _Core:
                                        generator=self.generators[r]) for r in rows]).to(self.wm.device)
         all_rows = len(rows) == self.num_rows and np.array_equal(rows, np.arange(self.num_rows))
         with torch.inference_mode():
-            latents = sample_frame(self.wm.dit, noise, self.schedule, torch.from_numpy(cond).to(self.wm.device),
-                                   self.state.cache, rows=None if all_rows else torch.as_tensor(rows))
+            latents = self.wm.generate(self.state, noise, torch.from_numpy(cond).to(self.wm.device),
+                                       rows=None if all_rows else torch.as_tensor(rows), schedule=self.schedule)
             t2 = time.perf_counter()
             views = self.wm.decode(latents)
             obs_views = resize_views(views, self.image_size).cpu().numpy()

@@ -334,27 +334,50 @@ class CausalDiT(nn.Module):
         return self._run(x, t, cond, [core] * len(self.blocks))
 
     # -- cached inference -----------------------------------------------------------
-    def read_cache(self, cache: KVCache, rows: RowIndex = None) -> "CachedContext":
-        """Snapshot the cache of ``rows`` for one generated frame: keys rotated once, shared by all passes."""
+    def read_cache(self, cache: KVCache, rows: RowIndex = None, pending: bool = False) -> "CachedContext":
+        """Snapshot the cache of ``rows`` for one generated frame: keys rotated once, shared by all passes.
+
+        ``pending``: each row also holds one finished frame that is not in the cache yet; the first
+        denoising pass of the new frame commits it (:meth:`denoise_with_pending`), which saves the
+        separate commit pass.  The snapshot then has one more slot, before the new frame's, for that
+        frame, and positions count from the new frame (the pending frame at -1).  The new frame sees
+        exactly what it would had the pending frame been committed first: not the cache slot the
+        commit will overwrite, and not the pending frame if the cache will not keep it.
+        """
         keys, values = [], []
-        mask = None
+        mask = pair_mask = None
+        extra = 2 if pending else 1
         for layer in range(len(self.blocks)):
             ck, cv, valid, rel = cache.context(layer, rows)  # (b, N, H, C, Dh), (b, C)
             b, n, h, c, dh = ck.shape
             if mask is None:
+                if pending:
+                    rel = rel - 1.0
                 cos, sin = rope_cos_sin(rel, self.config.head_dim, self.config.rope_theta)  # (b, C, Dh/2)
                 cos, sin = cos[:, None, None], sin[:, None, None]
-                visible = torch.cat([valid, valid.new_ones(b, 1)], dim=1)  # the new frame always sees itself
-                # (b*N, 1, 1, C+1): one row per (batch row, token position), like the queries
-                mask = additive_mask(visible, ck.dtype)[:, None, None, None, :].expand(b, n, 1, 1, c + 1)
-                mask = mask.reshape(b * n, 1, 1, c + 1)
-            # (b, N, H, C+1, Dh): cached frames, then one slot the new frame writes on every pass
-            kbuf, vbuf = ck.new_empty(b, n, h, c + 1, dh), cv.new_empty(b, n, h, c + 1, dh)
+                ones = valid.new_ones(b, 1)
+                if pending:
+                    slot, kept, evicts = cache.next_slot(rows)
+                    after = valid.clone()
+                    if c:
+                        after[torch.arange(b, device=valid.device), slot.clamp_max(c - 1)] &= ~evicts
+                    visible = torch.cat([after, kept[:, None], ones], dim=1)  # the new frame's view
+                    own = torch.cat([valid, ones, ~ones], dim=1)  # the pending frame's: the cache and itself
+                    pair = additive_mask(torch.stack([own, visible], dim=1), ck.dtype)  # (b, 2, C+2)
+                    pair_mask = pair[:, None, None].expand(b, n, 1, 2, c + extra).reshape(b * n, 1, 2, c + extra)
+                else:
+                    visible = torch.cat([valid, ones], dim=1)  # the new frame always sees itself
+                # (b*N, 1, 1, C+extra): one row per (batch row, token position), like the queries
+                mask = additive_mask(visible, ck.dtype)[:, None, None, None, :].expand(b, n, 1, 1, c + extra)
+                mask = mask.reshape(b * n, 1, 1, c + extra)
+            # (b, N, H, C+extra, Dh): cached frames, [the pending frame,] then the slot the new frame
+            # writes on every pass
+            kbuf, vbuf = ck.new_empty(b, n, h, c + extra, dh), cv.new_empty(b, n, h, c + extra, dh)
             apply_rope(ck, cos, sin, out=kbuf[:, :, :, :c])
             vbuf[:, :, :, :c] = cv
-            keys.append(kbuf.view(b * n, h, c + 1, dh))
-            values.append(vbuf.view(b * n, h, c + 1, dh))
-        return CachedContext(keys, values, mask, rows)
+            keys.append(kbuf.view(b * n, h, c + extra, dh))
+            values.append(vbuf.view(b * n, h, c + extra, dh))
+        return CachedContext(keys, values, mask, rows, pair_mask)
 
     def _cached_cores(self, context: "CachedContext", store: list | None) -> list[TemporalCore]:
         """Temporal cores reading ``context``; with ``store``, a commit pass's: each hands its (k, v) to
@@ -373,6 +396,62 @@ class CausalDiT(nn.Module):
                 return attention(q, keys, vals, context.mask)
             cores.append(core)
         return cores
+
+    def _pending_cores(self, context: "CachedContext", store: list) -> list[TemporalCore]:
+        """Temporal cores of :meth:`denoise_with_pending`: q, k, v (b*N, H, 2, Dh) = [pending, new frame].
+
+        Each hands the pending frame's un-rotated (k, v) to ``store`` (for the cache), writes its rotated
+        key (position -1) and the new frame's into the context, and attends with the pair mask.
+        """
+        cos, sin = rope_cos_sin(torch.tensor([-1.0], device=context.mask.device), self.config.head_dim,
+                                self.config.rope_theta)  # (1, Dh/2)
+        cores = []
+        for layer in range(len(self.blocks)):
+            def core(q, k, v, layer=layer):
+                store.append((k[:, :, 0], v[:, :, 0]))
+                keys, vals = context.keys[layer], context.values[layer]
+                apply_rope(k[:, :, :1], cos, sin, out=keys[:, :, -2:-1])
+                vals[:, :, -2:] = v
+                keys[:, :, -1:] = k[:, :, 1:]
+                q = torch.cat([apply_rope(q[:, :, :1], cos, sin), q[:, :, 1:]], dim=2)
+                return attention(q, keys, vals, context.pair_mask)
+            cores.append(core)
+        return cores
+
+    def denoise_with_pending(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, pending: torch.Tensor,
+                             pending_cond: torch.Tensor, context: "CachedContext", cache: KVCache,
+                             conditioning: "Conditioning | None" = None,
+                             pending_conditioning: "Conditioning | None" = None) -> torch.Tensor:
+        """The first denoising pass of a new frame, fused with the commit of the row's pending frame.
+
+        One forward over two frames -- the pending frame (clean, t = 0) and the new one at level t --
+        instead of a commit pass and then a denoising pass: the same attention pattern, about half the
+        per-pass overhead (which dominates at batch 1 on a CPU).  The pending frame's keys/values are
+        written into ``cache`` (for ``context.rows``) before returning, so later passes and frames see
+        it; ``context`` must come from :meth:`read_cache` with ``pending=True``.
+
+        x: (b, V, C, h, w) at level t (b,), cond (b, 7); pending (b, V, C, h, w), pending_cond (b, 7).
+        Returns the new frame's velocity (b, V, C, h, w).
+        """
+        self._check_latents(x, 1)
+        self._check_latents(pending, 1)
+        if context.pair_mask is None:
+            raise ValueError("denoise_with_pending needs a context from read_cache(..., pending=True)")
+        b = x.shape[0]
+        if conditioning is None:
+            conditioning = self.conditioning(t[:, None], cond[:, None])
+        if pending_conditioning is None:
+            pending_conditioning = self.conditioning(torch.zeros(b, 1, device=x.device), pending_cond[:, None])
+        both = Conditioning([torch.cat([p, c], dim=1) for p, c in zip(pending_conditioning.blocks, conditioning.blocks)],
+                            torch.cat([pending_conditioning.final, conditioning.final], dim=1))
+        store: list = []
+        v = self._run(torch.stack([pending, x], dim=1), None, None, self._pending_cores(context, store),
+                      conditioning=both)[:, 1]
+        n, h, dh = self.config.tokens_per_frame, self.config.num_heads, self.config.head_dim
+        for layer, (k_p, v_p) in enumerate(store):
+            cache.append(layer, context.rows, k_p.reshape(b, n, h, dh), v_p.reshape(b, n, h, dh))
+        cache.advance(context.rows)
+        return v
 
     def frame_conditioning(self, levels: Sequence[float], cond: torch.Tensor) -> list["Conditioning"]:
         """:meth:`conditioning` of one new frame (cond (b, 7)) at each noise level in ``levels``, for
@@ -425,7 +504,8 @@ class Conditioning:
 class CachedContext:
     """Read-only view of the cache for one generated frame (RoPE already applied to cached keys).
 
-    keys/values[layer]: (b*N, H, C+1, Dh), the last slot is overwritten by the new frame on each pass;
+    keys/values[layer]: (b*N, H, C+1, Dh), the last slot is overwritten by the new frame on each pass
+    (C+2 with a pending frame, whose slot comes second to last);
     mask: (b*N, 1, 1, C+1) additive, 0 where a slot holds a visible frame and -inf elsewhere;
     rows: the cache rows it came from.
     """
@@ -434,3 +514,6 @@ class CachedContext:
     values: list[torch.Tensor]
     mask: torch.Tensor
     rows: RowIndex
+    pair_mask: torch.Tensor | None = None
+    """With a pending frame (``read_cache(..., pending=True)``): (b*N, 1, 2, C+2), the masks of the
+    pending frame's and the new frame's queries in the fused first pass; None otherwise."""

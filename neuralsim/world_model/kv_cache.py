@@ -118,6 +118,21 @@ class KVCache:
                 self.device)
         self.num_frames[r] += 1
 
+    def next_slot(self, rows: RowIndex) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Where each row's next committed frame goes: (slot (b,), kept (b,), overwrites (b,)).
+
+        ``kept`` is False when the frame will not be stored (the ring is empty and the sinks are full);
+        ``overwrites`` is True when the slot now holds a frame that the commit evicts (the oldest ring
+        frame once the ring is full).  All on the cache's device.
+        """
+        r = self._rows(rows)
+        slots, keep = self._slots(r)
+        slots, keep = slots.to(self.device), keep.to(self.device)
+        if self.capacity == 0:
+            return slots, keep, torch.zeros_like(keep)
+        held = self.frame_index[r.to(self.device), slots.clamp_max(self.capacity - 1)] >= 0
+        return slots, keep, keep & held
+
     def _slots(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Slot of each row's next committed frame, and whether that frame is kept at all."""
         n = self.num_frames[rows]

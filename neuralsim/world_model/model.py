@@ -40,7 +40,7 @@ from .autoencoder import ViewAutoencoder
 from .config import WorldModelConfig
 from .dit import CausalDiT
 from .kv_cache import KVCache
-from .sampler import sample_frame, sample_noise
+from .sampler import sample_frame_with_pending, sample_noise
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,19 @@ def config_digest(config_json: str) -> str:
 
 @dataclass
 class WorldModelState:
-    """Per-batch inference state: the KV cache (all rows) and which rows have a context frame."""
+    """Per-batch inference state: the KV cache of committed frames and each row's *pending* frame.
+
+    The latest frame of a row (the reset frame, then each generated one) is not committed at once: the
+    first denoising pass of the row's next frame commits it (:func:`sample_frame_with_pending`), which
+    saves one DiT pass per time step.  ``pending`` (B, V, C, h, w) holds its normalised latents,
+    ``pending_cond`` (B, 7) its conditioning, ``has_pending`` (B,) which rows have one (a row without
+    one was never reset).  So the cache holds every frame of a row but its latest.
+    """
 
     cache: KVCache
+    pending: torch.Tensor
+    pending_cond: torch.Tensor
+    has_pending: torch.Tensor
 
     @property
     def batch_size(self) -> int:
@@ -126,9 +136,13 @@ class WorldModel(nn.Module):
         cfg = self.config.dit
         window = self.config.window if window is None else int(window)
         num_sink = self.config.num_sink if num_sink is None else int(num_sink)
+        device = device if device is not None else self.device
         cache = KVCache(cfg.depth, batch_size, window, num_sink, cfg.tokens_per_frame, cfg.num_heads, cfg.head_dim,
-                        device=device if device is not None else self.device, dtype=dtype)
-        return WorldModelState(cache=cache)
+                        device=device, dtype=dtype)
+        frame = (cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size)
+        return WorldModelState(cache=cache, pending=torch.zeros(batch_size, *frame, device=device),
+                               pending_cond=torch.zeros(batch_size, cfg.cond_dim, device=device),
+                               has_pending=torch.zeros(batch_size, dtype=torch.bool))
 
     def _cond(self, cond: torch.Tensor, rows: int) -> torch.Tensor:
         cond = torch.as_tensor(cond, dtype=torch.float32, device=self.device)
@@ -140,7 +154,7 @@ class WorldModel(nn.Module):
     @torch.inference_mode()
     def reset(self, state: WorldModelState, env_ids, first_views: torch.Tensor, cond: torch.Tensor,
               generator: torch.Generator | None = None) -> None:
-        """Start new episodes in rows ``env_ids``: forget their cache, encode and commit frame 0.
+        """Start new episodes in rows ``env_ids``: forget their cache, encode frame 0 (their pending frame).
 
         Args:
             env_ids: row indices (sequence / LongTensor / None for all rows).
@@ -155,23 +169,50 @@ class WorldModel(nn.Module):
             raise ValueError(f"first_views must be uint8 ({rows.numel()}, V, H, W, 3), got {first_views.dtype} "
                              f"{tuple(first_views.shape)}")
         cond = self._cond(cond, rows.numel())
-        state.cache.reset(rows)
         z = self.encode(first_views)  # (b, V, C, h, w)
-        self.dit.commit(z, cond, self.dit.read_cache(state.cache, rows), state.cache)
+        state.cache.reset(rows)
+        state.pending[rows.to(state.pending.device)] = z.to(state.pending.dtype)
+        state.pending_cond[rows.to(state.pending.device)] = cond
+        state.has_pending[rows] = True
 
     @torch.inference_mode()
     def step_latents(self, state: WorldModelState, cond: torch.Tensor,
                      generator: torch.Generator | None = None) -> torch.Tensor:
-        """Generate and commit one frame for every row; returns normalised latents (B, V, C, h, w)."""
+        """Generate one frame for every row; returns normalised latents (B, V, C, h, w)."""
         b = state.batch_size
-        empty = (state.cache.num_frames == 0).nonzero().flatten()
-        if empty.numel():
-            raise RuntimeError(f"rows {empty.tolist()} have no context frame; call reset() for them first")
         cond = self._cond(cond, b)
         cfg = self.config.dit
         noise = sample_noise((b, cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size), generator,
                              self.device)
-        return sample_frame(self.dit, noise, self.config.schedule, cond, state.cache)
+        return self.generate(state, noise, cond)
+
+    @torch.inference_mode()
+    def generate(self, state: WorldModelState, noise: torch.Tensor, cond: torch.Tensor,
+                 rows: torch.Tensor | None = None, schedule: tuple[float, ...] | None = None) -> torch.Tensor:
+        """Generate the next frame of ``rows`` (all if None) from their ``noise`` (b, V, C, h, w) and
+        ``cond`` (b, 7); commits their pending frames, and the new frames become pending.  Returns the
+        normalised latents (b, V, C, h, w).  ``schedule``: noise levels (default: the config's).  What
+        :meth:`step_latents` and NeuralDROID's step call."""
+        r = torch.arange(state.batch_size) if rows is None else torch.as_tensor(rows, dtype=torch.long).reshape(-1)
+        missing = r[~state.has_pending[r]]
+        if missing.numel():
+            raise RuntimeError(f"rows {missing.tolist()} have no context frame; call reset() for them first")
+        cond = self._cond(cond, r.numel())
+        if rows is None:
+            pending, pending_cond = state.pending, state.pending_cond
+        else:
+            rd = r.to(state.pending.device)
+            pending, pending_cond = state.pending[rd], state.pending_cond[rd]
+        schedule = self.config.schedule if schedule is None else schedule
+        x = sample_frame_with_pending(self.dit, noise.to(self.device), schedule, cond, state.cache,
+                                      pending, pending_cond, rows=None if rows is None else r)
+        if rows is None:
+            state.pending.copy_(x)
+            state.pending_cond.copy_(cond)
+        else:
+            state.pending[rd] = x
+            state.pending_cond[rd] = cond
+        return x
 
     @torch.inference_mode()
     def step(self, state: WorldModelState, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

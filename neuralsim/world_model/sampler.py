@@ -62,3 +62,30 @@ def sample_frame(model: CausalDiT, noise: torch.Tensor, schedule: Sequence[float
     if commit:
         model.commit(x, cond, context, cache, conditioning[0])
     return x
+
+
+@torch.no_grad()
+def sample_frame_with_pending(model: CausalDiT, noise: torch.Tensor, schedule: Sequence[float], cond: torch.Tensor,
+                              cache: KVCache, pending: torch.Tensor, pending_cond: torch.Tensor,
+                              rows: RowIndex = None) -> torch.Tensor:
+    """:func:`sample_frame` for rows whose previous frame is still pending (generated, not yet committed).
+
+    The first denoising pass also commits the pending frame (``pending`` (b, V, C, h, w) with its
+    ``pending_cond`` (b, 7)) into ``cache`` (:meth:`CausalDiT.denoise_with_pending`); the new frame is
+    *not* committed -- it becomes the caller's next pending frame.  Same frames as :func:`sample_frame`
+    with ``commit=True`` (to float rounding) with one DiT pass fewer per frame.
+    """
+    ts = [0.0] + [float(t) for t in schedule]
+    context = model.read_cache(cache, rows, pending=True)
+    conditioning = model.frame_conditioning(ts, cond)
+    pending_conditioning = model.frame_conditioning([0.0], pending_cond)[0]
+    x = noise
+    for k in range(len(ts) - 1, 0, -1):
+        t = torch.full((x.shape[0],), ts[k], device=x.device)
+        if k == len(ts) - 1:
+            v = model.denoise_with_pending(x, t, cond, pending, pending_cond, context, cache, conditioning[k],
+                                           pending_conditioning)
+        else:
+            v = model.denoise(x, t, cond, context, conditioning[k])
+        x = euler_step(x, v, ts[k], ts[k - 1])
+    return x

@@ -6,6 +6,7 @@ Copy-paste recipe (SimDROID data in ``data/simdroid``; ``synthetic`` is a built-
     neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model --data data/simdroid --out runs/df --steps 8000
     neuralsim train --stage dit --objective step_forcing --init-from runs/df/model --data data/simdroid --out runs/sf --steps 2000
     neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid --out runs/dec --steps 3000  # optional
+    neuralsim train --stage decoder --init-from runs/sf/model --decoder-layers-per-block 0 ...  # a faster decoder
 
 Every stage writes into ``--out``:
 
@@ -26,7 +27,10 @@ every later DiT run with the same autoencoder).
 The optional ``decoder`` stage trains only the autoencoder's decoder (and its post-quantisation conv)
 on the stored latents, with the encoder -- hence the latent space the DiT was trained in -- frozen:
 more reconstruction training for the decoder without retraining the DiT.  It reads the same latent
-store (the store's fingerprint covers the encoder only) and the dataset's frame cache.
+store (the store's fingerprint covers the encoder only) and the dataset's frame cache.  With
+``--decoder-layers-per-block N`` it first rebuilds the decoder at another depth
+(:meth:`~neuralsim.world_model.model.WorldModel.with_decoder_layers`; 0 = one ResNet per level, the
+faster decoder of world model v4.1) and trains that.
 
 Measured on the 2-core CPU (default config, batch 8 x 16 frames, 48 tokens/frame): ~0.9 s/step
 Diffusion Forcing, ~1.1 s/step Step Forcing (more when other work shares the cores).

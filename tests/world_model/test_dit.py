@@ -78,6 +78,59 @@ def test_kv_cache_equals_full_recompute_before_and_after_the_window_slides(tiny_
     assert state.cache.num_frames.tolist() == [steps] * B
 
 
+def _views(wm, b, seed):
+    s = wm.config.autoencoder.image_size
+    return torch.randint(0, 256, (b, 3, s, s, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("window,num_sink", [(4, 0), (4, 1), (3, 2), (1, 0)])
+def test_fused_commit_generation_equals_full_recompute(tiny_model, window, num_sink):
+    """WorldModel.generate commits each frame inside the next frame's first pass; the frames must still
+    be those of the full causal DiT over the whole history (window slides, sinks, a ring of size 0)."""
+    wm, dit, cfg = tiny_model, tiny_model.dit, tiny_model.config
+    B, steps = 2, 3 * window + 2
+    state = wm.new_state(B, window=window, num_sink=num_sink)
+    views, c0 = _views(wm, B, seed=9), conds(B, seed=11)
+    wm.reset(state, None, views, c0)
+    frames, cs = [wm.encode(views)], [c0]
+    with torch.no_grad():
+        for n in range(1, steps):
+            noise, c = latents(cfg, B, seed=100 + n), conds(B, seed=200 + n)
+            ref = _recompute_frame(dit, torch.stack(frames, 1), torch.stack(cs, 1), noise, c, cfg.schedule, window,
+                                   num_sink)
+            out = wm.generate(state, noise, c)
+            assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4), f"frame {n}: max err {(out - ref).abs().max()}"
+            frames.append(out)
+            cs.append(c)
+    assert state.cache.num_frames.tolist() == [steps - 1] * B  # the latest frame is pending
+    assert torch.equal(state.pending, frames[-1]) and torch.equal(state.pending_cond, cs[-1])
+
+
+def test_fused_commit_per_row_steps_and_resets(tiny_model):
+    """Rows stepped in subsets, and a row reset mid-episode, generate what they would alone."""
+    wm, cfg = tiny_model, tiny_model.config
+    B, W = 3, 4
+    together, split = wm.new_state(B, window=W), wm.new_state(B, window=W)
+    views, c0 = _views(wm, B, seed=1), conds(B, seed=2)
+    for s in (together, split):
+        wm.reset(s, None, views, c0)
+    with torch.no_grad():
+        for n in range(6):
+            noise, c = latents(cfg, B, seed=30 + n), conds(B, seed=40 + n)
+            ref = wm.generate(together, noise, c)
+            a = wm.generate(split, noise[[0, 2]], c[[0, 2]], rows=[0, 2])
+            b = wm.generate(split, noise[1:2], c[1:2], rows=[1])
+            torch.testing.assert_close(torch.cat([a[:1], b, a[1:]]), ref, atol=1e-5, rtol=1e-5)
+        v1, c1 = _views(wm, 1, seed=77), conds(1, seed=78)
+        wm.reset(together, [1], v1, c1)
+        single = wm.new_state(1, window=W)
+        wm.reset(single, None, v1, c1)
+        for n in range(6):
+            noise, c = latents(cfg, B, seed=50 + n), conds(B, seed=60 + n)
+            out = wm.generate(together, noise, c)
+            torch.testing.assert_close(out[1:2], wm.generate(single, noise[1:2], c[1:2]), atol=1e-5, rtol=1e-5)
+
+
 def test_per_row_reset_matches_a_fresh_single_row_state(tiny_model):
     wm, dit, cfg = tiny_model, tiny_model.dit, tiny_model.config
     B, W = 3, 4

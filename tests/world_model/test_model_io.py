@@ -40,7 +40,12 @@ def test_reset_subset_of_rows_and_bad_inputs(tiny_model):
     wm.reset(state, None, _views(wm, 3), conds(3))
     wm.step(state, conds(3))
     wm.reset(state, [2], _views(wm, 1, seed=5), conds(1))
-    assert state.cache.num_frames.tolist() == [2, 2, 1]
+    # the cache holds every frame but the latest, which is pending (committed by the next step's first pass)
+    assert state.cache.num_frames.tolist() == [1, 1, 0] and state.has_pending.tolist() == [True, True, True]
+    fresh = wm.new_state(2)
+    wm.reset(fresh, [0], _views(wm, 1), conds(1))
+    with pytest.raises(RuntimeError, match=r"rows \[1\] have no context frame"):
+        wm.step(fresh, conds(2))
     with pytest.raises(ValueError, match="cond must be"):
         wm.step(state, torch.zeros(3, 6))
     with pytest.raises(ValueError, match="first_views"):
