@@ -3,7 +3,10 @@
 What the cache keeps (the contract the equivalence test checks)
 -----------------------------------------------------------------
 For every DiT block it stores the temporal-attention keys and values of *committed* frames only --
-frames that finished denoising and were written by one extra "commit" pass at noise level t = 0.
+frames that finished denoising and whose keys/values were computed by a pass at noise level t = 0
+(a separate commit pass, or -- what :class:`~neuralsim.world_model.model.WorldModel` does -- the first
+denoising pass of the next frame, which carries the finished frame along: see
+:meth:`~neuralsim.world_model.dit.CausalDiT.denoise_with_pending`).
 Keys are stored **without** RoPE; RoPE is applied when they are read, at the key's position relative
 to the frame being generated (query at position 0, a key ``d`` frames back at position ``-d``).  So the
 stored tensors never depend on how long the episode has been running, and the attention scores equal

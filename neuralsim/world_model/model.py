@@ -4,22 +4,20 @@ Usage (what NeuralDROID-v0 calls)::
 
     wm = WorldModel.from_pretrained(path)                       # safetensors + JSON, never unpickles
     state = wm.new_state(batch_size, window=16, device="cpu")   # preallocated KV cache, O(window)
-    wm.reset(state, env_ids, first_views_uint8, cond)           # (b, 3, H, W, 3), (b, 7): commit frame 0
+    wm.reset(state, env_ids, first_views_uint8, cond)           # (b, 3, H, W, 3), (b, 7): frame 0
     views = wm.step(state, cond, generator=g)                   # (B, 7) -> uint8 (B, 3, H, W, 3)
 
 ``cond`` is ``concat(cartesian_position, gripper_position)`` of the frame being produced (flange xyz,
 extrinsic XYZ Euler, gripper in [0, 1]).  Each ``step`` runs S = 4 denoising passes of the new frame
-against the cache, one commit pass, and decodes the three views.  Same generator seed => bit-identical
-output on CPU.
+against the cache -- the first one a two-frame pass that also commits the row's previous frame, which
+stays *pending* until then (:class:`WorldModelState`) -- and decodes the three views.  Same generator
+seed => bit-identical output on CPU.
 
-Measured on the 2-core CPU of this project (default config: 48 tokens/frame, 4 x 192 DiT = 3.9 M
-params, 0.65 M autoencoder params, window 16): batch 1, idle machine, 2 threads: 19 time steps/s
-(~33 ms for the 5 DiT passes + ~20 ms decoding three views); with another process holding one core,
-1 thread: ~12 steps/s (decode 34 ms, DiT 49 ms).  Batch 8: 33 (idle) / 16 (contended) frames/s.
-KV cache vs recomputing the window: x4-x10.  Caution: with 2 torch threads and another busy process,
-batch-1 inference collapses to < 1 step/s (OpenMP threads wait on a descheduled peer for every tiny
-op) -- use ``torch.set_num_threads(1)`` for small batches on a shared CPU.  ``benchmarks/throughput.py``
-re-measures.
+Speed (default config: 48 tokens/frame, 4 x 192 DiT = 3.9 M params, window 16) on the project's 2-core
+CPU at batch 1: see ``benchmarks/results/throughput.json`` and docs/ARCHITECTURE.md ("Throughput at
+batch 1"); this shared VM's speed drifts by tens of percent, so only back-to-back timings compare.
+Caution: with 2 torch threads and another busy process, batch-1 inference collapses (OpenMP threads
+wait on a descheduled peer for every tiny op) -- use ``torch.set_num_threads(1)`` on a shared CPU.
 """
 
 from __future__ import annotations
@@ -248,10 +246,11 @@ class WorldModel(nn.Module):
         for name, t in donor.state_dict().items():
             if name.startswith(DECODER_PREFIXES):
                 own[name].copy_(t)
+        # the decoder's history is now the donor's: this model's own decoder stages no longer apply
         stages = [st for st in donor.config.recipe.get("stages", []) if st.get("stage") == "decoder"]
+        own_stages = [st for st in self.config.recipe.get("stages", []) if st.get("stage") != "decoder"]
         counts = {k: v for k, v in donor.config.recipe.items() if k.startswith("decoder_")}  # steps done
-        self.config.recipe = {**self.config.recipe, **counts,
-                              "stages": list(self.config.recipe.get("stages", [])) + stages}
+        self.config.recipe = {**self.config.recipe, **counts, "stages": own_stages + stages}
         return self
 
     @torch.no_grad()
