@@ -15,8 +15,8 @@ Presets (``preset(name)``):
   views (~20 ms); per-pass cost on CPU is dominated by per-op overhead, i.e. by depth, not width.
   Measured on the 2-core CPU (idle): 6 x 160 gave 15.1 steps/s (too close to 15 Hz), 6 x 128 16.3,
   4 x 192 19.0 steps/s at batch 1 (33 frames/s at batch 8; measured when the size was chosen -- the
-  shared VM has since run 20-40% slower, see ``benchmarks/results/throughput.json``; the shipped
-  model also prunes its decoder to ``decoder_layers_per_block=0``); training at batch 8 x 16 frames takes
+  shared VM has since run 20-40% slower, see ``benchmarks/results/throughput.json``; a decoder pruned
+  to ``decoder_layers_per_block=0`` saves another 8-9 ms); training at batch 8 x 16 frames takes
   ~0.9 s/step (Diffusion Forcing) and ~1.1 s/step (Step Forcing, two forwards).  48 tokens/frame
   (16 per view) keeps the 16-frame clip at 768 tokens, so ~10k steps fit in a few CPU hours.
 """
