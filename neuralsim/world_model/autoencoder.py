@@ -54,6 +54,11 @@ class ViewAutoencoder(nn.Module):
         if config.decoder_depth != config.layers_per_block:
             self.vae.decoder = self._make_decoder(config)
 
+    def set_decoder_depth(self, layers_per_block: int | None) -> None:
+        """Give the config a new ``decoder_layers_per_block`` and rebuild the decoder to match (fresh weights)."""
+        self.config.decoder_layers_per_block = layers_per_block
+        self.vae.decoder = self._make_decoder(self.config).to(self.vae.encoder.conv_in.weight.device)
+
     @staticmethod
     def _make_decoder(config: AutoencoderConfig) -> nn.Module:
         """diffusers' VAE ``Decoder`` as ``AutoencoderKL`` builds it, with ``config.decoder_depth`` layers per block."""

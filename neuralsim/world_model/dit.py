@@ -447,11 +447,15 @@ class CausalDiT(nn.Module):
         store: list = []
         v = self._run(torch.stack([pending, x], dim=1), None, None, self._pending_cores(context, store),
                       conditioning=both)[:, 1]
-        n, h, dh = self.config.tokens_per_frame, self.config.num_heads, self.config.head_dim
-        for layer, (k_p, v_p) in enumerate(store):
-            cache.append(layer, context.rows, k_p.reshape(b, n, h, dh), v_p.reshape(b, n, h, dh))
-        cache.advance(context.rows)
+        self._write_store(store, cache, context.rows, b)
         return v
+
+    def _write_store(self, store: list, cache: KVCache, rows: RowIndex, b: int) -> None:
+        """Append one committed frame's per-layer (k, v) (b*N, H, Dh) from ``store`` to ``cache`` rows."""
+        n, h, dh = self.config.tokens_per_frame, self.config.num_heads, self.config.head_dim
+        for layer, (k, v) in enumerate(store):
+            cache.append(layer, rows, k.reshape(b, n, h, dh), v.reshape(b, n, h, dh))
+        cache.advance(rows)
 
     def frame_conditioning(self, levels: Sequence[float], cond: torch.Tensor) -> list["Conditioning"]:
         """:meth:`conditioning` of one new frame (cond (b, 7)) at each noise level in ``levels``, for
@@ -478,13 +482,11 @@ class CausalDiT(nn.Module):
         ``conditioning``: optional precomputed :meth:`frame_conditioning` entry of (t = 0, cond)."""
         self._check_latents(x, 1)
         store: list = []
-        b, n, h, dh = x.shape[0], self.config.tokens_per_frame, self.config.num_heads, self.config.head_dim
+        b = x.shape[0]
         t0 = torch.zeros(b, 1, device=x.device)
         self._run(x[:, None], t0, cond[:, None], self._cached_cores(context, store), kv_only=True,
                   conditioning=conditioning)
-        for layer, (k, v) in enumerate(store):
-            cache.append(layer, context.rows, k.reshape(b, n, h, dh), v.reshape(b, n, h, dh))
-        cache.advance(context.rows)
+        self._write_store(store, cache, context.rows, b)
 
 
 @dataclass

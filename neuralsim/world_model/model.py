@@ -238,10 +238,8 @@ class WorldModel(nn.Module):
                 or not same_stats:
             raise CheckpointError("the decoder donor has a different encoder or latent normalisation; its decoder "
                                   "would not understand this model's latents")
-        depth = donor.config.autoencoder.decoder_layers_per_block
         if donor.config.autoencoder.decoder_depth != self.config.autoencoder.decoder_depth:
-            self.config.autoencoder.decoder_layers_per_block = depth
-            self.autoencoder.vae.decoder = ViewAutoencoder._make_decoder(self.config.autoencoder).to(self.device)
+            self.autoencoder.set_decoder_depth(donor.config.autoencoder.decoder_layers_per_block)
         own = self.state_dict()
         for name, t in donor.state_dict().items():
             if name.startswith(DECODER_PREFIXES):

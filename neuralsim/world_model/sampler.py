@@ -77,8 +77,14 @@ def sample_frame_with_pending(model: CausalDiT, noise: torch.Tensor, schedule: S
     """
     ts = [0.0] + [float(t) for t in schedule]
     context = model.read_cache(cache, rows, pending=True)
-    conditioning = model.frame_conditioning(ts, cond)
-    pending_conditioning = model.frame_conditioning([0.0], pending_cond)[0]
+    # one conditioning product for every pass: column 0 is the pending frame (t = 0, its own cond),
+    # column k the new frame at ts[k]
+    b = noise.shape[0]
+    levels = torch.tensor(ts, device=cond.device).expand(b, -1)
+    conds = torch.cat([pending_cond[:, None], cond[:, None].expand(-1, len(ts) - 1, -1)], dim=1)
+    mods = model.conditioning(levels, conds)
+    conditioning = [mods.select(k) for k in range(len(ts))]
+    pending_conditioning = conditioning[0]
     x = noise
     for k in range(len(ts) - 1, 0, -1):
         t = torch.full((x.shape[0],), ts[k], device=x.device)
