@@ -191,9 +191,56 @@ def test_fast_inference_pieces_equal_their_reference_math():
     h2, shift2, scale2 = torch.cat([h, -h]), torch.cat([shift, shift * 2]), torch.cat([scale1, scale1 + 1])
     torch.testing.assert_close(norm_modulate(norm, h2, shift2, scale2), modulate(norm(h2), shift2, scale2))
 
+    from neuralsim.world_model.dit import split_modulation
+
+    mod = torch.randn(1, 1, 3 * 16)  # one frame: (D,) vectors, LayerNorm's affine path
+    parts = split_modulation(mod, 3)
+    assert [p.shape for p in parts] == [(16,)] * 3
+    torch.testing.assert_close(norm_modulate(norm, h, parts[0], parts[1]),
+                               modulate(norm(h), mod[..., None, :16], mod[..., None, 16:32]))
+    mod2 = torch.randn(2, 3, 3 * 16)  # several frames: (B, T, 1, D) that broadcast over tokens
+    parts2 = split_modulation(mod2, 3)
+    assert [p.shape for p in parts2] == [(2, 3, 1, 16)] * 3
+    assert torch.equal(parts2[2][1, 2, 0], mod2[1, 2, 32:])
+
     g = torch.Generator().manual_seed(1)
     q, k, v = torch.randn(6, 2, 1, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g)
     mask = torch.zeros(6, 1, 1, 5)
     mask[:3, ..., :2] = float("-inf")
     torch.testing.assert_close(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
     torch.testing.assert_close(attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+
+
+def test_linear_inference_path_equals_nn_linear_and_follows_weight_changes():
+    """The DiT's Linear multiplies by a cached column-major weight at inference; it must give nn.Linear's
+    output, rebuild the copy after any in-place change (optimiser step, load_state_dict, device/dtype
+    move) and keep the state dict unchanged."""
+    import torch.nn.functional as F
+
+    from neuralsim.world_model.dit import Linear
+
+    torch.manual_seed(0)
+    lin = Linear(12, 20).eval()
+    x = torch.randn(2, 3, 5, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-6, atol=1e-6)
+        assert lin.inference_weight().stride() == (1, 20)  # column-major: weight.t() is row-major (in, out)
+    assert set(lin.state_dict()) == {"weight", "bias"}
+
+    opt = torch.optim.SGD(lin.parameters(), lr=0.5)  # an in-place update must not leave a stale copy
+    lin.train()
+    lin(x).square().mean().backward()
+    opt.step()
+    lin.eval()
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-6, atol=1e-6)
+
+    other = Linear(12, 20)
+    lin.load_state_dict(other.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), F.linear(x, other.weight, other.bias), rtol=1e-6, atol=1e-6)
+        lin.double()
+        assert lin(x.double()).dtype == torch.float64
+
+    y = lin(x.double())  # grad enabled: the plain path, which autograd can differentiate
+    assert y.requires_grad
