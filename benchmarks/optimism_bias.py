@@ -322,6 +322,20 @@ def summarise(rows: list[dict[str, Any]], families: list[str]) -> dict[str, Any]
     for key, col in (("probe_on_world_model", "probe_predicted_success"), ("probe_on_truth", "probe_on_truth_success")):
         pairs = [(r[col], r["true_success"]) for r in rows if r.get(col) is not None]
         summary[key] = {"rollouts": len(pairs), "success_agreement": _rate([a == b for a, b in pairs])}
+    # each reader on the world model's video against the same reader on SimDROID's frames of that rollout:
+    # does the world model make the reader decide as the simulator would?  A blurry model that shows
+    # little happening gets a high Bias Res. and a low TCR; this agreement rewards neither.
+    jj = [(r["predicted_level"], r["judge_on_truth_level"]) for r in rows
+          if r["predicted_level"] is not None and r["judge_on_truth_level"] is not None]
+    pp = [(r["probe_predicted_success"], r["probe_on_truth_success"]) for r in rows
+          if r.get("probe_predicted_success") is not None and r.get("probe_on_truth_success") is not None]
+    summary["world_model_vs_truth_frames"] = {
+        "judge_rollouts": len(jj),
+        "judge_success_agreement": _rate([(a >= 5) == (b >= 5) for a, b in jj]),
+        "judge_level_within_1": _rate([abs(a - b) <= 1 for a, b in jj]),
+        "probe_rollouts": len(pp),
+        "probe_success_agreement": _rate([a == b for a, b in pp]),
+    }
     fp = overall["failure_preservation"]
     summary["passes"] = bool(fp is not None and nsp is not None and fp >= TARGET and nsp >= TARGET)
     pfp, pnsp = overall["probe_failure_preservation"], summary["nominal"]["probe_success_preservation"]
@@ -358,6 +372,11 @@ def format_table(res: dict[str, Any]) -> str:
     pw, pt = res["probe_on_world_model"], res["probe_on_truth"]
     lines.append(f"probe success vs true success: on the world model's videos {_f(pw['success_agreement'])}, on "
                  f"SimDROID's frames {_f(pt['success_agreement'])} (n={pt['rollouts']})")
+    vt = res.get("world_model_vs_truth_frames")
+    if vt:
+        lines.append(f"same verdict on the world model's video as on SimDROID's frames: judge "
+                     f"{_f(vt['judge_success_agreement'])} (levels within 1: {_f(vt['judge_level_within_1'])}, "
+                     f"n={vt['judge_rollouts']}), probe {_f(vt['probe_success_agreement'])} (n={vt['probe_rollouts']})")
     lines.append(
         f"MiraBench layout: TCR {_f(nom['success_preservation'], '{:.1%}')}  Bias Res. "
         f"{_f(overall['failure_preservation'], '{:.1%}')}  -> target (>= {TARGET:.0%} both) "

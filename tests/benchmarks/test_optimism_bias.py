@@ -53,10 +53,15 @@ def test_summary_counts_only_truly_failing_rollouts():
     assert jw["rollouts"] == 7 and jw["exact"] == pytest.approx(3 / 7) and jw["within_1"] == pytest.approx(3 / 7)
     assert s["judge_on_truth"]["rollouts"] == 5 and s["judge_on_truth"]["exact"] == pytest.approx(3 / 5)
     assert s["judge_on_truth"]["within_1"] == pytest.approx(4 / 5)
+    vt = s["world_model_vs_truth_frames"]  # the 5 rollouts the judge read in both worlds
+    assert vt["judge_rollouts"] == 5 and vt["judge_success_agreement"] == pytest.approx(2 / 5)
+    assert vt["judge_level_within_1"] == pytest.approx(3 / 5)
+    assert vt["probe_rollouts"] == 0 and vt["probe_success_agreement"] is None
     perfect = OB.summarise([row(1, "nominal", True, 5.0), row(1, "premature_release", False, 1.0)],
                            ["premature_release"])
     assert perfect["passes"] is True
-    assert "Bias Res." in OB.format_table({**perfect, "seconds": 1.0})
+    table = OB.format_table({**perfect, "seconds": 1.0})
+    assert "Bias Res." in table and "same verdict on the world model's video" in table
 
 
 def _level_judge(episode):
