@@ -503,10 +503,15 @@ class CausalDiT(nn.Module):
         cache.advance(rows)
 
     def frame_conditioning(self, levels: Sequence[float], cond: torch.Tensor) -> list["Conditioning"]:
-        """:meth:`conditioning` of one new frame (cond (b, 7)) at each noise level in ``levels``, for
-        :meth:`denoise` / :meth:`commit`: one batched product per block instead of one per pass."""
+        """:meth:`conditioning` at each noise level in ``levels``, for :meth:`denoise` / :meth:`commit` /
+        :meth:`denoise_with_pending`: one batched product per block instead of one per pass.
+
+        cond: (b, 7), one frame's condition at every level, or (b, P, 7), one per level.
+        """
         t = torch.tensor([float(x) for x in levels], device=cond.device).expand(cond.shape[0], -1)  # (b, P)
-        mods = self.conditioning(t, cond[:, None].expand(-1, t.shape[1], -1))
+        if cond.ndim == 2:
+            cond = cond[:, None].expand(-1, t.shape[1], -1)
+        mods = self.conditioning(t, cond)
         return [mods.select(p) for p in range(t.shape[1])]
 
     def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, context: "CachedContext",

@@ -77,13 +77,10 @@ def sample_frame_with_pending(model: CausalDiT, noise: torch.Tensor, schedule: S
     """
     ts = [0.0] + [float(t) for t in schedule]
     context = model.read_cache(cache, rows, pending=True)
-    # one conditioning product for every pass: column 0 is the pending frame (t = 0, its own cond),
-    # column k the new frame at ts[k]
-    b = noise.shape[0]
-    levels = torch.tensor(ts, device=cond.device).expand(b, -1)
+    # one conditioning product for every pass: entry 0 is the pending frame (t = 0, its own cond),
+    # entry k the new frame at ts[k]
     conds = torch.cat([pending_cond[:, None], cond[:, None].expand(-1, len(ts) - 1, -1)], dim=1)
-    mods = model.conditioning(levels, conds)
-    conditioning = [mods.select(k) for k in range(len(ts))]
+    conditioning = model.frame_conditioning(ts, conds)
     pending_conditioning = conditioning[0]
     x = noise
     for k in range(len(ts) - 1, 0, -1):
