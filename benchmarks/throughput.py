@@ -16,8 +16,10 @@ the window first so the timed steps run at full window.
 forward kinematics, the world model, decoding, observation assembly; no reward function) at
 N = 1 (``NeuralDROIDEnv``) and for each ``--batch-sizes`` N > 1 (``gym.make_vec``, one batched world
 model), with smooth random actions, after the window has filled.  Every row is the median of
-``--repeats`` timed blocks of ``--steps`` (each block's time is in the JSON too): this shared VM's
-speed drifts by tens of percent within minutes.  JSON goes to ``benchmarks/results/throughput.json``.
+``--repeats`` timed blocks of ``--steps`` (each block's time is in the JSON too, with the share of CPU
+time the hypervisor stole during it, ``steal_pct_blocks``, read from ``/proc/stat``): this shared VM's
+speed drifts by tens of percent within minutes, and the steal share says when that was the machine.
+JSON goes to ``benchmarks/results/throughput.json``.
 """
 
 from __future__ import annotations
@@ -50,19 +52,44 @@ def _recompute_step(wm, history, hist_cond, cond, generator, window):
     return x, wm.decode(x)
 
 
-def _median_time(fn, steps: int, repeats: int) -> tuple[float, list[float]]:
-    """Seconds per call of ``fn``: the median over ``repeats`` blocks of ``steps`` calls (and every block's
-    ms per call).  On a shared VM whose speed drifts, a median of blocks resists a slow spell better than
-    one long block."""
+def cpu_times(stat_path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs from Linux's ``/proc/stat``; None where it cannot be read.
+
+    Steal time is what the hypervisor gave to other guests while this VM wanted to run: the share of
+    it during a timed block says how much of that block's time was the machine, not the code.
+    """
+    try:
+        with open(stat_path) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Percent of CPU time stolen by the hypervisor between two :func:`cpu_times` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)
+
+
+def _median_time(fn, steps: int, repeats: int) -> tuple[float, list[float], list[float | None]]:
+    """Seconds per call of ``fn``: the median over ``repeats`` blocks of ``steps`` calls, every block's
+    ms per call, and the hypervisor's steal share (%) during each block (None off Linux).  On a shared
+    VM whose speed drifts, a median of blocks resists a slow spell better than one long block."""
     import statistics
 
-    blocks = []
+    blocks, steal = [], []
     for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
+        c0, t0 = cpu_times(), time.perf_counter()
         for _ in range(steps):
             fn()
         blocks.append((time.perf_counter() - t0) / steps)
-    return statistics.median(blocks), [round(1000 * b, 2) for b in blocks]
+        steal.append(steal_share(c0, cpu_times()))
+    return statistics.median(blocks), [round(1000 * b, 2) for b in blocks], steal
 
 
 def measure(wm, batch: int, steps: int, window: int, seed: int = 0, repeats: int = 3) -> dict:
@@ -80,7 +107,7 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0, repeats: int
         for _ in range(warm):
             frames.append(wm.step_latents(state, cond, g))
             wm.decode(frames[-1])
-    per_step, blocks = _median_time(lambda: wm.step(state, cond, g), steps, repeats)
+    per_step, blocks, steal = _median_time(lambda: wm.step(state, cond, g), steps, repeats)
 
     with torch.inference_mode():  # recompute from the same full window the cached run had
         hist, hc = torch.stack(frames[-window:], 1), cond[:, None].expand(-1, min(window, len(frames)), -1)
@@ -94,6 +121,7 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0, repeats: int
         "batch_size": batch,
         "window": window,
         "cached_ms_per_step_blocks": blocks,
+        "steal_pct_blocks": steal,
         "cached_time_steps_per_s": 1.0 / per_step,
         "cached_frames_per_s": batch / per_step,
         "recompute_time_steps_per_s": 1.0 / recompute,
@@ -128,10 +156,15 @@ def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 
     env.reset(seed=seed)
     for _ in range(warmup):
         env.step(action())
-    dt, blocks = _median_time(lambda: env.step(action()), steps, repeats)
+    dt, blocks, steal = _median_time(lambda: env.step(action()), steps, repeats)
     env.close()
     return {"num_envs": num_envs, "step_calls_per_s": 1.0 / dt, "env_steps_per_s": num_envs / dt,
-            "ms_per_call": 1000 * dt, "ms_per_call_blocks": blocks}
+            "ms_per_call": 1000 * dt, "ms_per_call_blocks": blocks, "steal_pct_blocks": steal}
+
+
+def _steal_note(row: dict) -> str:
+    known = [x for x in row["steal_pct_blocks"] if x is not None]
+    return f"; steal {min(known):.0f}-{max(known):.0f}%" if known else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             print(f"{n_threads} thread(s), batch {b:3d}: cached {r['cached_frames_per_s']:7.1f} frames/s "
                   f"({r['cached_time_steps_per_s']:.1f} steps/s), recompute {r['recompute_frames_per_s']:7.1f} frames/s, "
-                  f"speedup x{r['cache_speedup']:.1f}, cache {r['cache_memory_mb']:.2f} MiB")
+                  f"speedup x{r['cache_speedup']:.1f}, cache {r['cache_memory_mb']:.2f} MiB{_steal_note(r)}")
         if args.env:
             for n in sorted({1, *args.batch_sizes}):
                 r = {"threads": n_threads, **measure_env(args.model, n, steps, warmup=window, repeats=repeats)}
                 env_results.append(r)
                 print(f"{n_threads} thread(s), NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s = "
-                      f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call)")
+                      f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call){_steal_note(r)}")
     out = {
         "model": args.model or f"untrained preset '{args.config}'",
         "dit_params": sum(q.numel() for q in wm.dit.parameters()),
