@@ -433,14 +433,21 @@ def train(cfg: TrainConfig) -> dict:
         loss_fn, loss_kwargs = get_objective(cfg.objective)
     stage_obj = cfg.objective if cfg.stage == "dit" else "reconstruction"
     budget = {"steps": cfg.steps, **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {})}
+    # The recipe counts each stage's steps over the model's whole history: a run started from a model that
+    # already had this stage (e.g. more Step Forcing on the shipped model) continues its count.
+    count_key = f"{cfg.stage}_{stage_obj}_steps"
     if ckpt is None:
+        prior_steps = int(recipe.get(count_key, 0))
         recipe["stages"] = list(recipe.get("stages", [])) + [{
             "stage": cfg.stage, "objective": cfg.objective if cfg.stage == "dit" else "reconstruction",
             "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget,
+            **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {})}]
-    elif recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
-        last = {k: v for k, v in recipe["stages"][-1].items() if k not in ("steps", "decay_steps")}
-        recipe["stages"] = [*recipe["stages"][:-1], {**last, **budget}]
+    else:
+        prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
+        if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
+            last = {k: v for k, v in recipe["stages"][-1].items() if k not in ("steps", "decay_steps")}
+            recipe["stages"] = [*recipe["stages"][:-1], {**last, **budget}]
 
     metrics_path = out / "metrics.jsonl"
     if is_main and metrics_path.exists():  # drop lines a crashed run wrote after its last checkpoint
@@ -495,7 +502,7 @@ def train(cfg: TrainConfig) -> dict:
                 f.write(json.dumps(last) + "\n")
         out_of_time = cfg.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.max_minutes
         if is_main and (step % cfg.checkpoint_every == 0 or step == cfg.steps or out_of_time):
-            recipe_now = {**recipe, f"{cfg.stage}_{stage_obj}_steps": step}
+            recipe_now = {**recipe, count_key: prior_steps + step}
             save_checkpoint(out, model, ema, opt, step, cfg, recipe_now)
         if is_main and cfg.sample_every > 0 and step % cfg.sample_every == 0 and step != cfg.steps:
             _write_sample(out, cfg, dataset, step)
@@ -505,7 +512,7 @@ def train(cfg: TrainConfig) -> dict:
             break
     bar.close()
     if is_main and step == start_step and ckpt is None:
-        save_checkpoint(out, model, ema, opt, step, cfg, {**recipe, f"{cfg.stage}_{stage_obj}_steps": step})
+        save_checkpoint(out, model, ema, opt, step, cfg, {**recipe, count_key: prior_steps + step})
     if is_main and cfg.sample_every >= 0 and not stopped_early and step > start_step:
         _write_sample(out, cfg, dataset, step)
     if world > 1:

@@ -43,6 +43,21 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
     assert len(b.config.recipe["stages"]) == len(a.config.recipe["stages"])
 
 
+def test_more_of_a_stage_continues_its_step_count(tmp_path):
+    """Step Forcing started from a model that already had 6 Step Forcing steps counts on from 6, also after a
+    resume; the new stage entry says where it began."""
+    first = tmp_path / "first"
+    train(_cfg(first))
+    more = tmp_path / "more"
+    train(_cfg(more, steps=2, init_from=str(first / "model")))
+    train(_cfg(more, steps=4, init_from=str(first / "model")))  # resumes more/checkpoint
+    wm = WorldModel.from_pretrained(more / "model")
+    assert wm.config.recipe["dit_step_forcing_steps"] == 10
+    assert wm.config.recipe["stages"][-1]["continues_from_step"] == 6
+    assert wm.config.recipe["stages"][-1]["steps"] == 4
+    assert [s["objective"] for s in wm.config.recipe["stages"]][-2:] == ["step_forcing", "step_forcing"]
+
+
 def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
     parser = argparse.ArgumentParser()
     train_mod.configure_parser(parser)
