@@ -61,6 +61,19 @@ def test_identical_frames_score_perfectly():
     assert m["mse"]["beyond"]["mean"] == 0.0 and len(m["ssim"]["per_frame"]) == 4
 
 
+def test_autoencoder_round_trip_covers_the_two_windows(tiny_checkpoint, splits):
+    from neuralsim.envs.neural_droid import load_world_model
+
+    wm = load_world_model(tiny_checkpoint)
+    eps = F.load_split(splits["heldout"], wm.config.autoencoder.image_size)
+    rt = F.autoencoder_round_trip(wm, eps, last_frame=5, batch_frames=4)  # batches of 4 frames: 4 + 2
+    assert [r.shape for r in rt] == [e.frames[:6].shape for e in eps] and rt[0].dtype == np.uint8
+    whole = F.autoencoder_round_trip(wm, eps, last_frame=5, batch_frames=64)
+    for r, w in zip(rt, whole):
+        assert F.psnr_frames(r, w).min() > 40  # batching does not change the reconstruction
+    assert F.psnr_frames(rt[0], eps[0].frames[:6]).max() < F.PSNR_CAP_DB  # an untrained autoencoder is lossy
+
+
 def test_windows_follow_the_clip_length():
     w = F.Windows(16)
     assert list(w.in_horizon) == list(range(1, 17)) and list(w.beyond) == list(range(17, 33))
@@ -102,8 +115,10 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     pos = held["position"]
     assert pos["episodes"] == 2 and 0.0 <= pos["share_below_5cm"] <= 1.0 and pos["end_error_m_mean"] >= 0.0
     assert set(held["targets_met"]) == set(F.TARGETS) and "targets_met" not in entry["splits"]["ood"]
+    ceiling = held["autoencoder_ceiling"]
+    assert set(ceiling) == {"psnr", "ssim"} and ceiling["ssim"]["in_horizon"]["frames"] == 2 * 6
     table = F.format_table(report)
-    assert entry["label"] in table and "heldout" in table and "ood" in table
+    assert entry["label"] in table and "heldout" in table and "ood" in table and "autoencoder ceiling" in table
 
 
 def test_compare_mode_makes_one_table(tiny_checkpoint, splits, tmp_path, capsys):
@@ -118,6 +133,10 @@ def test_compare_mode_makes_one_table(tiny_checkpoint, splits, tmp_path, capsys)
     report = json.loads(out.read_text())
     assert [r["label"] for r in report["results"]] == [Path(tiny_checkpoint).name, "half"]
     assert all(r["splits"]["heldout"]["position"] is None for r in report["results"])
+    # the ceiling belongs to the autoencoder: a different DiT changes the frames but not the ceiling
+    a, b = (r["splits"]["heldout"] for r in report["results"])
+    assert a["autoencoder_ceiling"] == b["autoencoder_ceiling"]
+    assert a["psnr"]["in_horizon"]["mean"] != b["psnr"]["in_horizon"]["mean"]
     printed = capsys.readouterr().out
     assert "half" in printed and "PSNR in" in printed
 
