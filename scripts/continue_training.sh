@@ -7,9 +7,11 @@
 #   1. SimDROID training data (EPISODES, seed 0) and its decoded frame cache, skipped when complete;
 #   2. Step Forcing from neuralsim/assets/world_model at a constant learning rate for SF_MIN minutes
 #      (RUNS/sf_more; a re-run continues its checkpoint);
-#   3. a linear cool-down of COOL_STEPS steps on a copy (RUNS/sf_more_cool), so phase 2 can go on later.
-# The model to evaluate and ship is RUNS/sf_more_cool/model (scripts/ship_world_model.sh); its recipe counts
-# Step Forcing steps over the model's whole history.
+#   3. a linear cool-down of COOL_STEPS steps on a copy (RUNS/sf_more_cool), so phase 2 can go on later;
+#   4. with DEC_STEPS > 0, that many decoder-stage steps on the cooled model (RUNS/dec_more; the last 40%
+#      decaying): sharper frames through a better decoder, the DiT untouched (docs/FIDELITY.md, the ceiling).
+# The model to evaluate and ship is RUNS/sf_more_cool/model, or RUNS/dec_more/model with DEC_STEPS
+# (scripts/ship_world_model.sh); its recipe counts each stage's steps over the model's whole history.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
@@ -18,7 +20,7 @@ DATA="${DATA:-data/simdroid}"
 RUNS="${RUNS:-runs}"
 EPISODES="${EPISODES:-720}"
 INIT="${INIT:-neuralsim/assets/world_model}"
-SF_MIN="${SF_MIN:-60}"; COOL_STEPS="${COOL_STEPS:-500}"; LR="${LR:-3e-4}"
+SF_MIN="${SF_MIN:-60}"; COOL_STEPS="${COOL_STEPS:-500}"; LR="${LR:-3e-4}"; DEC_STEPS="${DEC_STEPS:-0}"
 THREADS="${THREADS:-2}"
 COMMON=(--stage dit --objective step_forcing --init-from "$INIT" --data "$DATA" --lr "$LR" --warmup 20
         --checkpoint-every 50 --sample-every -1 --num-threads "$THREADS" --no-progress)
@@ -50,4 +52,12 @@ target=$(( from + COOL_STEPS ))
 echo "== $(date -u +%FT%TZ) cool-down from step $from to $target -> $RUNS/sf_more_cool"
 python -m neuralsim.world_model.train "${COMMON[@]}" --out "$RUNS/sf_more_cool" --steps "$target" \
     --decay-steps "$COOL_STEPS"
-echo "== $(date -u +%FT%TZ) done: $RUNS/sf_more_cool/model"
+if [ "$DEC_STEPS" = 0 ]; then
+  echo "== $(date -u +%FT%TZ) done: $RUNS/sf_more_cool/model"
+  exit 0
+fi
+echo "== $(date -u +%FT%TZ) decoder stage, $DEC_STEPS steps -> $RUNS/dec_more"
+python -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/sf_more_cool/model" --data "$DATA" \
+    --out "$RUNS/dec_more" --steps "$DEC_STEPS" --decay-steps $(( DEC_STEPS * 2 / 5 )) --warmup 20 --lr "$LR" \
+    --checkpoint-every 50 --sample-every -1 --num-threads "$THREADS" --no-progress
+echo "== $(date -u +%FT%TZ) done: $RUNS/dec_more/model"
