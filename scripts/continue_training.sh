@@ -57,6 +57,8 @@ if [ "$DEC_STEPS" = 0 ]; then
   exit 0
 fi
 echo "== $(date -u +%FT%TZ) decoder stage, $DEC_STEPS steps -> $RUNS/dec_more"
+# a decoder run on an older cool-down's model is stale: start it again
+[ "$(cat "$RUNS/dec_more/dec_from" 2>/dev/null)" = "$target" ] || { rm -rf "$RUNS/dec_more"; mkdir -p "$RUNS/dec_more"; echo "$target" > "$RUNS/dec_more/dec_from"; }
 python -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/sf_more_cool/model" --data "$DATA" \
     --out "$RUNS/dec_more" --steps "$DEC_STEPS" --decay-steps $(( DEC_STEPS * 2 / 5 )) --warmup 20 --lr "$LR" \
     --checkpoint-every 50 --sample-every -1 --num-threads "$THREADS" --no-progress
