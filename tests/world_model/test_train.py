@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -142,3 +145,38 @@ def test_decoder_stage_can_rebuild_a_shallower_decoder(tmp_path):
     assert sum(p.numel() for p in b.parameters()) < sum(p.numel() for p in a.parameters())
     shared = [k for k in b.state_dict() if not k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant"))]
     assert shared and all(torch.equal(b.state_dict()[k], a.state_dict()[k]) for k in shared)
+
+
+def test_torchrun_ddp_averages_gradients_over_ranks_and_stops_together(tmp_path):
+    """Two CPU processes under ``torchrun`` (gloo): rank 0 sees the same first batch as a single-process run, the
+    averaged gradients then move the weights elsewhere, the recipe records the global batch, and ``--max-minutes``
+    stops every rank at the same step (a rank left behind would hang in the next all-reduce)."""
+    single = tmp_path / "single"
+    train(_cfg(single, steps=3, num_threads=1))
+
+    def torchrun(out, *extra):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "neuralsim.world_model.train", "--stage", "dit", "--objective", "step_forcing",
+               "--config", "tiny", "--data", "synthetic:8", "--out", str(out), "--batch-size", "2", "--warmup", "2",
+               "--log-every", "1", "--checkpoint-every", "3", "--sample-every", "-1", "--no-progress",
+               "--num-threads", "1", *extra]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    ddp = tmp_path / "ddp"
+    torchrun(ddp, "--steps", "3")
+    (s1, l1), (s_ddp, l_ddp) = _losses(single)[0], _losses(ddp)[0]
+    assert s1 == s_ddp == 1 and l_ddp == pytest.approx(l1, rel=1e-5)  # same init, same rank-0 batch
+    assert [s for s, _ in _losses(ddp)] == [1, 2, 3]
+    a, b = WorldModel.from_pretrained(single / "model"), WorldModel.from_pretrained(ddp / "model")
+    assert b.config.recipe["stages"][-1]["batch_size"] == 4 and a.config.recipe["stages"][-1]["batch_size"] == 2
+    assert b.config.recipe["dit_step_forcing_steps"] == 3
+    moved = [k for k in a.dit.state_dict() if not torch.equal(a.dit.state_dict()[k], b.dit.state_dict()[k])]
+    assert moved  # rank 1's gradients took part in the update
+
+    timed = tmp_path / "timed"
+    torchrun(timed, "--steps", "100000", "--max-minutes", "0.0001")
+    trainer = json.loads((timed / "checkpoint" / "trainer.json").read_text())
+    assert 1 <= trainer["step"] < 100000
+    assert _losses(timed)[-1][0] == trainer["step"]
