@@ -422,6 +422,11 @@ def _fmt(v, width: int, decimals: int, scale: float = 1.0, unit: str = "") -> st
     return f"{f'{v * scale:.{decimals}f}{unit}':>{width}}"
 
 
+def _per_view(vals: dict[str, float]) -> str:
+    """``exterior_image_1 22.74  exterior_image_2 22.98  wrist_image 16.18`` for a per-view metric dict."""
+    return "  ".join(f"{v.replace('_left', '')} {vals[v]:.4g}" for v in VIEW_NAMES)
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The headline table: one row per (checkpoint, split), then per-view detail."""
     head = (f"{'model':<14}{'split':<9}{'eps':>4}  {'PSNR in':>8}{'PSNR 2x':>8}  {'SSIM in':>8}{'SSIM 2x':>8}"
@@ -442,14 +447,12 @@ def format_table(report: dict[str, Any]) -> str:
                 for w in ("in_horizon", "beyond"):
                     vals = r[metric][w]
                     if vals:
-                        views = "  ".join(f"{v.replace('_left', '')} {vals[v]:.4g}" for v in VIEW_NAMES)
-                        detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {views}")
+                        detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}")
             for metric, windows in (r.get("autoencoder_ceiling") or {}).items():
                 for w, vals in windows.items():
                     if vals:
-                        views = "  ".join(f"{v.replace('_left', '')} {vals[v]:.4g}" for v in VIEW_NAMES)
-                        detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {views}  mean {vals['mean']:.4g}"
-                                      f"  (autoencoder ceiling)")
+                        detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}"
+                                      f"  mean {vals['mean']:.4g}  (autoencoder ceiling)")
             if "targets_met" in r:
                 t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")

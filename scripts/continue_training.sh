@@ -22,8 +22,8 @@ EPISODES="${EPISODES:-720}"
 INIT="${INIT:-neuralsim/assets/world_model}"
 SF_MIN="${SF_MIN:-60}"; COOL_STEPS="${COOL_STEPS:-500}"; LR="${LR:-3e-4}"; DEC_STEPS="${DEC_STEPS:-0}"
 THREADS="${THREADS:-2}"
-COMMON=(--stage dit --objective step_forcing --init-from "$INIT" --data "$DATA" --lr "$LR" --warmup 20
-        --checkpoint-every 50 --sample-every -1 --num-threads "$THREADS" --no-progress)
+RUN=(--data "$DATA" --lr "$LR" --warmup 20 --checkpoint-every 50 --sample-every -1 --num-threads "$THREADS" --no-progress)
+COMMON=(--stage dit --objective step_forcing --init-from "$INIT" "${RUN[@]}")
 
 echo "== $(date -u +%FT%TZ) data: $EPISODES SimDROID episodes -> $DATA"
 python -c "
@@ -59,7 +59,6 @@ fi
 echo "== $(date -u +%FT%TZ) decoder stage, $DEC_STEPS steps -> $RUNS/dec_more"
 # a decoder run on an older cool-down's model is stale: start it again
 [ "$(cat "$RUNS/dec_more/dec_from" 2>/dev/null)" = "$target" ] || { rm -rf "$RUNS/dec_more"; mkdir -p "$RUNS/dec_more"; echo "$target" > "$RUNS/dec_more/dec_from"; }
-python -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/sf_more_cool/model" --data "$DATA" \
-    --out "$RUNS/dec_more" --steps "$DEC_STEPS" --decay-steps $(( DEC_STEPS * 2 / 5 )) --warmup 20 --lr "$LR" \
-    --checkpoint-every 50 --sample-every -1 --num-threads "$THREADS" --no-progress
+python -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/sf_more_cool/model" "${RUN[@]}" \
+    --out "$RUNS/dec_more" --steps "$DEC_STEPS" --decay-steps $(( DEC_STEPS * 2 / 5 ))
 echo "== $(date -u +%FT%TZ) done: $RUNS/dec_more/model"

@@ -502,8 +502,6 @@ def train(cfg: TrainConfig) -> dict:
                 f.write(json.dumps(last) + "\n")
         out_of_time = cfg.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.max_minutes
         if world > 1 and cfg.max_minutes is not None:  # every rank stops at the same step, or the rest hang in DDP
-            import torch.distributed as dist
-
             flag = torch.tensor([float(out_of_time)], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             out_of_time = bool(flag.item())
