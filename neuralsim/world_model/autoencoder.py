@@ -8,6 +8,7 @@ views always give the same latents.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .config import AutoencoderConfig
@@ -28,6 +29,83 @@ def psnr(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...]) -> torch.Tenso
     """PSNR in dB of images in [-1, 1], reduced over ``dims``."""
     mse = (a.float() - b.float()).pow(2).mean(dim=dims).clamp_min(1e-10)
     return 10.0 * torch.log10(4.0 / mse)
+
+
+def fold_upsample_kernel(weight: torch.Tensor) -> torch.Tensor:
+    """A 3x3 kernel (Co, Ci, 3, 3) applied after 2x nearest upsampling -> the equivalent 2x2 kernels
+    (4 Co, Ci, 2, 2) at the input resolution, one group of Co per output parity (row, column).
+
+    After nearest upsampling, output row ``2i`` reads input rows ``i-1, i, i`` through the kernel's
+    rows 0, 1, 2, and row ``2i+1`` reads ``i, i, i+1``: each parity sees two distinct input rows,
+    with the kernel rows that land on the same input row summed.  Columns likewise.
+    """
+    def pairs(w: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        w0, w1, w2 = w.unbind(dim)
+        return torch.stack([w0, w1 + w2], dim), torch.stack([w0 + w1, w2], dim)  # even, odd parity
+
+    return torch.cat([k for rows in pairs(weight, 2) for k in pairs(rows, 3)], 0)
+
+
+class FoldedUpsample2D(nn.Module):
+    """diffusers' ``Upsample2D`` (2x nearest, then a 3x3 convolution) computed without upsampling.
+
+    The convolution runs on the low-resolution input with the 2x2 kernels of
+    :func:`fold_upsample_kernel` and the four parities are interleaved into the output: 16 instead of
+    36 multiply-adds per (output pixel / 4, input channel, output channel), and no 4x-sized
+    intermediate.  Same result to float rounding (the kernel sums reorder additions).  Holds the
+    original ``conv`` under the same name, so state dicts are unchanged.  While training or recording
+    autograd, the original upsample-then-convolve path runs.
+    """
+
+    def __init__(self, upsample: nn.Module):
+        super().__init__()
+        self.channels = upsample.channels
+        self.conv = upsample.conv
+        self._folded: tuple[tuple, torch.Tensor, torch.Tensor] | None = None
+
+    @staticmethod
+    def applies_to(module: nn.Module) -> bool:
+        """Whether ``module`` is a plain 2x nearest + 3x3 convolution ``Upsample2D`` (what this replaces)."""
+        conv = getattr(module, "conv", None)
+        return (type(module).__name__ == "Upsample2D" and module.use_conv and not module.use_conv_transpose
+                and module.norm is None and module.interpolate and isinstance(conv, nn.Conv2d)
+                and conv.kernel_size == (3, 3) and conv.stride == (1, 1) and conv.padding == (1, 1)
+                and conv.dilation == (1, 1) and conv.groups == 1 and conv.bias is not None)
+
+    def folded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(4 Co, Ci, 2, 2) kernel and (4 Co,) bias, recomputed only when the weights changed."""
+        w, b = self.conv.weight, self.conv.bias
+        key = (w._version, w.data_ptr(), b._version, b.data_ptr(), w.dtype, w.device)
+        if self._folded is None or self._folded[0] != key:
+            self._folded = (key, fold_upsample_kernel(w.detach()), b.detach().repeat(4))
+        return self._folded[1], self._folded[2]
+
+    def forward(self, x: torch.Tensor, output_size=None) -> torch.Tensor:
+        if output_size is not None or self.training or torch.is_grad_enabled() or self.conv.weight.is_inference():
+            return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest") if output_size is None
+                             else F.interpolate(x, size=output_size, mode="nearest"))
+        kernel, bias = self.folded()
+        n, _, h, w = x.shape
+        co = kernel.shape[0] // 4
+        # output position (i, j) of parity (a, c) is window (i + a, j + c) of the 1-padded input
+        y = F.conv2d(F.pad(x, (1, 1, 1, 1)), kernel, bias)  # (n, 4 Co, h+1, w+1)
+        y = y.permute(0, 2, 3, 1).reshape(n, h + 1, w + 1, 2, 2, co)
+        out = x.new_empty(n, h, 2, w, 2, co)  # channels-last, what the next convolution wants
+        for a in range(2):
+            for c in range(2):
+                out[:, :, a, :, c] = y[:, a:a + h, c:c + w, a, c]
+        return out.view(n, 2 * h, 2 * w, co).permute(0, 3, 1, 2)
+
+
+def fold_upsamplers(decoder: nn.Module) -> nn.Module:
+    """Swap every plain ``Upsample2D`` of a diffusers VAE decoder for :class:`FoldedUpsample2D`, in place."""
+    for block in getattr(decoder, "up_blocks", []):
+        ups = getattr(block, "upsamplers", None)
+        if ups is not None:
+            for i, up in enumerate(ups):
+                if FoldedUpsample2D.applies_to(up):
+                    ups[i] = FoldedUpsample2D(up)
+    return decoder
 
 
 class ViewAutoencoder(nn.Module):
@@ -53,6 +131,7 @@ class ViewAutoencoder(nn.Module):
         )
         if config.decoder_depth != config.layers_per_block:
             self.vae.decoder = self._make_decoder(config)
+        fold_upsamplers(self.vae.decoder)
 
     def set_decoder_depth(self, layers_per_block: int | None) -> None:
         """Give the config a new ``decoder_layers_per_block`` and rebuild the decoder to match (fresh weights)."""
@@ -64,10 +143,11 @@ class ViewAutoencoder(nn.Module):
         """diffusers' VAE ``Decoder`` as ``AutoencoderKL`` builds it, with ``config.decoder_depth`` layers per block."""
         from diffusers.models.autoencoders.vae import Decoder
 
-        return Decoder(in_channels=config.latent_channels, out_channels=3,
-                       up_block_types=("UpDecoderBlock2D",) * len(config.block_out_channels),
-                       block_out_channels=config.block_out_channels, layers_per_block=config.decoder_depth,
-                       norm_num_groups=config.norm_num_groups, act_fn="silu", mid_block_add_attention=False)
+        return fold_upsamplers(Decoder(
+            in_channels=config.latent_channels, out_channels=3,
+            up_block_types=("UpDecoderBlock2D",) * len(config.block_out_channels),
+            block_out_channels=config.block_out_channels, layers_per_block=config.decoder_depth,
+            norm_num_groups=config.norm_num_groups, act_fn="silu", mid_block_add_attention=False))
 
     def _check(self, images: torch.Tensor) -> None:
         s = self.config.image_size
