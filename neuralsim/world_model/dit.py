@@ -204,17 +204,19 @@ def scale_offset(chunks: int, scale_chunks: tuple[int, ...], dim: int) -> torch.
 class TanhGELU(nn.Module):
     """GELU, tanh approximation (``nn.GELU(approximate="tanh")``), with a faster inference path.
 
-    PyTorch's CPU kernel for the tanh approximation takes ~2x longer than composing it from ``tanh``
-    and in-place arithmetic at our sizes; the composition equals it to float rounding (2e-7).  While
-    autograd records, the library kernel is used (in-place ops would break the graph).
+    ``0.5 x (1 + tanh(u))`` equals ``x sigmoid(2u)`` (u = sqrt(2/pi) (x + 0.044715 x^3)), and on the
+    CPUs we run on ``sigmoid`` is 3-4x faster than ``tanh`` (AMD EPYC, AVX2: 44 vs 150 us on a 48x768
+    tensor), so that form with in-place arithmetic takes ~90 us where PyTorch's tanh-approximation
+    kernel takes ~150; it equals that kernel to float rounding (5e-7).  While autograd records, the
+    library kernel is used (in-place ops would break the graph).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and x.requires_grad:
             return F.gelu(x, approximate="tanh")
-        c = math.sqrt(2.0 / math.pi)
-        u = (x * x).mul_(0.044715 * c).add_(c).mul_(x)  # sqrt(2/pi) * (x + 0.044715 x^3)
-        return u.tanh_().add_(1.0).mul_(x).mul_(0.5)
+        c2 = 2.0 * math.sqrt(2.0 / math.pi)
+        u = (x * x).mul_(0.044715 * c2).add_(c2).mul_(x)  # 2 sqrt(2/pi) (x + 0.044715 x^3)
+        return u.sigmoid_().mul_(x)
 
 
 # ----------------------------------------------------------------------------- block
