@@ -59,7 +59,6 @@ class FoldedUpsample2D(nn.Module):
 
     def __init__(self, upsample: nn.Module):
         super().__init__()
-        self.channels = upsample.channels
         self.conv = upsample.conv
         self._folded: tuple[tuple, torch.Tensor, torch.Tensor] | None = None
 
@@ -82,8 +81,8 @@ class FoldedUpsample2D(nn.Module):
 
     def forward(self, x: torch.Tensor, output_size=None) -> torch.Tensor:
         if output_size is not None or self.training or torch.is_grad_enabled() or self.conv.weight.is_inference():
-            return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest") if output_size is None
-                             else F.interpolate(x, size=output_size, mode="nearest"))
+            scale = 2.0 if output_size is None else None
+            return self.conv(F.interpolate(x, size=output_size, scale_factor=scale, mode="nearest"))
         kernel, bias = self.folded()
         n, _, h, w = x.shape
         co = kernel.shape[0] // 4
@@ -130,8 +129,9 @@ class ViewAutoencoder(nn.Module):
             mid_block_add_attention=False,
         )
         if config.decoder_depth != config.layers_per_block:
-            self.vae.decoder = self._make_decoder(config)
-        fold_upsamplers(self.vae.decoder)
+            self.vae.decoder = self._make_decoder(config)  # folded there
+        else:
+            fold_upsamplers(self.vae.decoder)
 
     def set_decoder_depth(self, layers_per_block: int | None) -> None:
         """Give the config a new ``decoder_layers_per_block`` and rebuild the decoder to match (fresh weights)."""
