@@ -174,6 +174,12 @@ class EvalEpisode:
     def target_final_xy(self) -> np.ndarray:
         return np.asarray(self.record["final_poses"][self.record["target"]][:2], np.float64)
 
+    @property
+    def target_start_xy(self) -> np.ndarray | None:
+        """Where the target cube stood at frame 0 (None for records written before ``initial_poses``)."""
+        poses = self.record.get("initial_poses")
+        return None if poses is None else np.asarray(poses[self.record["target"]][:2], np.float64)
+
 
 def load_split(root: str | Path, image_size: int, max_episodes: int | None = None) -> list[EvalEpisode]:
     """Decode the first ``max_episodes`` episodes of a SimDROID dataset, resized to ``image_size``."""
@@ -260,7 +266,12 @@ def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int,
 
 # ---------------------------------------------------------------------------------------------- position
 def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[np.ndarray]) -> dict[str, Any]:
-    """End-of-episode table-xy error of the target cube in generated and in true last frames, vs the simulator."""
+    """End-of-episode table-xy error of the target cube in generated and in true last frames, vs the simulator.
+
+    Two references make the error readable: a world model that never moves the cube scores the distance
+    the simulator moved it (``cube_left_at_start_*``), and ``generated_end_from_start_m_mean``, set against
+    that distance, says how far the generated video carried the cube at all.
+    """
     from .object_probe import EXTERIOR_VIEWS, locate
 
     ext = [VIEW_NAMES.index(v) for v in EXTERIOR_VIEWS]
@@ -270,7 +281,7 @@ def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[
     true_xy = locate(probe, np.stack([e.frames[-1][ext] for e in episodes]), rgb)[:, :2]
     err = np.linalg.norm(gen_xy - truth_xy, axis=1)
     floor = np.linalg.norm(true_xy - truth_xy, axis=1)
-    return {
+    out = {
         "episodes": len(episodes),
         "end_error_m_mean": float(err.mean()),
         "end_error_m_median": float(np.median(err)),
@@ -279,6 +290,16 @@ def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[
         "probe_on_true_frames_share_below_5cm": float((floor < POSITION_TOLERANCE_M).mean()),
         "per_episode_error_m": [round(float(x), 4) for x in err],
     }
+    starts = [e.target_start_xy for e in episodes]
+    if all(s is not None for s in starts):
+        start_xy = np.stack(starts)
+        still = np.linalg.norm(start_xy - truth_xy, axis=1)
+        out.update({
+            "cube_left_at_start_error_m_mean": float(still.mean()),
+            "cube_left_at_start_share_below_5cm": float((still < POSITION_TOLERANCE_M).mean()),
+            "generated_end_from_start_m_mean": float(np.linalg.norm(gen_xy - start_xy, axis=1).mean()),
+        })
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
@@ -453,6 +474,12 @@ def format_table(report: dict[str, Any]) -> str:
                     if vals:
                         detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}"
                                       f"  mean {vals['mean']:.4g}  (autoencoder ceiling)")
+            if pos.get("cube_left_at_start_error_m_mean") is not None:
+                detail.append(f"  {entry['label']:<12} {split:<8} cube moved "
+                              f"{100 * pos['generated_end_from_start_m_mean']:.1f} cm in the generated video, "
+                              f"{100 * pos['cube_left_at_start_error_m_mean']:.1f} cm in the simulator (the error of "
+                              f"never moving it; that puts {100 * pos['cube_left_at_start_share_below_5cm']:.0f}% "
+                              f"within 5 cm)")
             if "targets_met" in r:
                 t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")

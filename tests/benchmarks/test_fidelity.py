@@ -165,3 +165,27 @@ def test_probe_save_load_and_ood_records(probe_dir, splits):
     assert rec["distribution"] == "ood" and all(c in OOD_COLORS for c in rec["colors"])
     assert P.colour_rgb(rec["target"]).shape == (3,)
     assert "distribution" not in list_episodes(splits["heldout"])[0]
+
+
+def test_position_errors_have_the_never_moving_reference(splits, probe_dir):
+    eps = F.load_split(splits["heldout"], 64)
+    probe = P.load(probe_dir)
+    # the true frames as the "generated" video: the error is the probe's own floor
+    pos = F.position_errors(probe, eps, [e.frames for e in eps])
+    assert pos["end_error_m_mean"] == pytest.approx(pos["probe_on_true_frames_error_m_mean"])
+    moved = [np.linalg.norm(np.subtract(r["final_poses"][r["target"]][:2], r["initial_poses"][r["target"]][:2]))
+             for r in list_episodes(splits["heldout"])]
+    assert pos["cube_left_at_start_error_m_mean"] == pytest.approx(np.mean(moved))
+    assert pos["cube_left_at_start_share_below_5cm"] == np.mean(np.array(moved) < F.POSITION_TOLERANCE_M)
+    # a video frozen at frame 0 ends where the probe puts the cube at the start
+    frozen = F.position_errors(probe, eps, [np.repeat(e.frames[:1], len(e), axis=0) for e in eps])
+    ext = [VIEW_NAMES.index(v) for v in P.EXTERIOR_VIEWS]
+    at_start = P.locate(probe, np.stack([e.frames[0][ext] for e in eps]), np.stack([e.target_rgb for e in eps]))
+    starts = np.stack([e.target_start_xy for e in eps])
+    assert frozen["generated_end_from_start_m_mean"] == pytest.approx(
+        np.linalg.norm(at_start[:, :2] - starts, axis=1).mean())
+    # records written before initial_poses existed: no reference, the rest unchanged
+    old = [F.EvalEpisode(e.index, {k: v for k, v in e.record.items() if k != "initial_poses"}, e.frames, e.actions,
+                         e.spec) for e in eps]
+    legacy = F.position_errors(probe, old, [e.frames for e in eps])
+    assert "cube_left_at_start_error_m_mean" not in legacy and legacy["end_error_m_mean"] == pos["end_error_m_mean"]
