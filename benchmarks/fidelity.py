@@ -265,12 +265,15 @@ def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int,
 
 
 # ---------------------------------------------------------------------------------------------- position
-def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[np.ndarray]) -> dict[str, Any]:
+def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[np.ndarray],
+                    track_every: int = 16) -> dict[str, Any]:
     """End-of-episode table-xy error of the target cube in generated and in true last frames, vs the simulator.
 
     Two references make the error readable: a world model that never moves the cube scores the distance
     the simulator moved it (``cube_left_at_start_*``), and ``generated_end_from_start_m_mean``, set against
-    that distance, says how far the generated video carried the cube at all.
+    that distance, says how far the generated video carried the cube at all.  ``track`` says when the
+    generated cube parts from the true one: every ``track_every`` frames, the probe's answer on the
+    generated frame against its answer on the true frame of the same index (episodes that long only).
     """
     from .object_probe import EXTERIOR_VIEWS, locate
 
@@ -290,6 +293,15 @@ def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[
         "probe_on_true_frames_share_below_5cm": float((floor < POSITION_TOLERANCE_M).mean()),
         "per_episode_error_m": [round(float(x), 4) for x in err],
     }
+    track = []
+    for t in range(track_every, max(len(e) for e in episodes), track_every):
+        alive = [i for i, e in enumerate(episodes) if len(e) > t]
+        at = [locate(probe, np.stack([src[i][t][ext] for i in alive]), rgb[alive])[:, :2]
+              for src in (generated, [e.frames for e in episodes])]
+        d = np.linalg.norm(at[0] - at[1], axis=1)
+        track.append({"frame": t, "episodes": len(alive), "error_m_mean": float(d.mean()),
+                      "share_below_5cm": float((d < POSITION_TOLERANCE_M).mean())})
+    out["track"] = track
     starts = [e.target_start_xy for e in episodes]
     if all(s is not None for s in starts):
         start_xy = np.stack(starts)
@@ -480,6 +492,9 @@ def format_table(report: dict[str, Any]) -> str:
                               f"{100 * pos['cube_left_at_start_error_m_mean']:.1f} cm in the simulator (the error of "
                               f"never moving it; that puts {100 * pos['cube_left_at_start_share_below_5cm']:.0f}% "
                               f"within 5 cm)")
+            if pos.get("track"):
+                detail.append(f"  {entry['label']:<12} {split:<8} cube vs the true frame's, by frame: " + ", ".join(
+                    f"{k['frame']} {100 * k['error_m_mean']:.1f} cm" for k in pos["track"]))
             if "targets_met" in r:
                 t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")

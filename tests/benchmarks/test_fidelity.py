@@ -189,3 +189,20 @@ def test_position_errors_have_the_never_moving_reference(splits, probe_dir):
                          e.spec) for e in eps]
     legacy = F.position_errors(probe, old, [e.frames for e in eps])
     assert "cube_left_at_start_error_m_mean" not in legacy and legacy["end_error_m_mean"] == pos["end_error_m_mean"]
+
+
+def test_position_track_compares_generated_and_true_frames_over_time(splits, probe_dir):
+    eps = F.load_split(splits["heldout"], 64)
+    probe = P.load(probe_dir)
+    same = F.position_errors(probe, eps, [e.frames for e in eps], track_every=4)
+    frames = [k["frame"] for k in same["track"]]
+    assert frames == list(range(4, max(len(e) for e in eps), 4))
+    assert all(k["error_m_mean"] == 0.0 and k["share_below_5cm"] == 1.0 for k in same["track"])
+    assert [k["episodes"] for k in same["track"]] == [sum(len(e) > t for e in eps) for t in frames]
+    # a video frozen at frame 0: its track error at frame t is the probe's distance between frames 0 and t
+    frozen = F.position_errors(probe, eps, [np.repeat(e.frames[:1], len(e), axis=0) for e in eps], track_every=4)
+    ext = [VIEW_NAMES.index(v) for v in P.EXTERIOR_VIEWS]
+    rgb = np.stack([e.target_rgb for e in eps])
+    first = P.locate(probe, np.stack([e.frames[0][ext] for e in eps]), rgb)[:, :2]
+    last = P.locate(probe, np.stack([e.frames[frames[-1]][ext] for e in eps]), rgb)[:, :2]
+    assert frozen["track"][-1]["error_m_mean"] == pytest.approx(np.linalg.norm(first - last, axis=1).mean())
