@@ -8,8 +8,9 @@
 #   2. Step Forcing from neuralsim/assets/world_model at a constant learning rate for SF_MIN minutes
 #      (RUNS/sf_more; a re-run continues its checkpoint);
 #   3. a linear cool-down of COOL_STEPS steps on a copy (RUNS/sf_more_cool), so phase 2 can go on later;
-#   4. with DEC_STEPS > 0, that many decoder-stage steps on the cooled model (RUNS/dec_more; the last 40%
-#      decaying): sharper frames through a better decoder, the DiT untouched (docs/FIDELITY.md, the ceiling).
+#   4. with DEC_STEPS > 0, that many decoder-stage steps on the cooled model with INIT's decoder
+#      (RUNS/dec_more; the last 40% decaying): sharper frames through a better decoder, the DiT untouched
+#      (docs/FIDELITY.md, the ceiling).
 # The model to evaluate and ship is RUNS/sf_more_cool/model, or RUNS/dec_more/model with DEC_STEPS
 # (scripts/ship_world_model.sh); its recipe counts each stage's steps over the model's whole history.
 set -euo pipefail
@@ -58,7 +59,23 @@ if [ "$DEC_STEPS" = 0 ]; then
 fi
 echo "== $(date -u +%FT%TZ) decoder stage, $DEC_STEPS steps -> $RUNS/dec_more"
 # a decoder run on an older cool-down's model is stale: start it again
-[ "$(cat "$RUNS/dec_more/dec_from" 2>/dev/null)" = "$target" ] || { rm -rf "$RUNS/dec_more"; mkdir -p "$RUNS/dec_more"; echo "$target" > "$RUNS/dec_more/dec_from"; }
-python -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/sf_more_cool/model" "${RUN[@]}" \
+if [ "$(cat "$RUNS/dec_more/dec_from" 2>/dev/null)" != "$target" ]; then
+  rm -rf "$RUNS/dec_more"; mkdir -p "$RUNS/dec_more"
+  # The decoder goes on from INIT's (the shipped one, the furthest trained), not from the one the
+  # constant-rate run started with: the stage sees only the frozen encoder's latents, so any DiT can take it.
+  python - "$RUNS/sf_more_cool/model" "$INIT" "$RUNS/dec_more/init" <<'EOF'
+import sys
+
+from neuralsim.world_model.model import WorldModel
+
+cooled, init, out = sys.argv[1:]
+model = WorldModel.from_pretrained(cooled).take_decoder_from(WorldModel.from_pretrained(init))
+model.save_pretrained(out)
+print(f"decoder stage starts from {cooled}'s DiT with {init}'s decoder "
+      f"({model.config.recipe.get('decoder_reconstruction_steps')} decoder steps so far)")
+EOF
+  echo "$target" > "$RUNS/dec_more/dec_from"
+fi
+python -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/dec_more/init" "${RUN[@]}" \
     --out "$RUNS/dec_more" --steps "$DEC_STEPS" --decay-steps $(( DEC_STEPS * 2 / 5 ))
 echo "== $(date -u +%FT%TZ) done: $RUNS/dec_more/model"
