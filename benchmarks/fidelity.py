@@ -266,7 +266,7 @@ def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int,
 
 # ---------------------------------------------------------------------------------------------- position
 def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[np.ndarray],
-                    track_every: int = 16) -> dict[str, Any]:
+                    track_every: int = 16, decoded_last: np.ndarray | None = None) -> dict[str, Any]:
     """End-of-episode table-xy error of the target cube in generated and in true last frames, vs the simulator.
 
     Two references make the error readable: a world model that never moves the cube scores the distance
@@ -274,6 +274,8 @@ def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[
     that distance, says how far the generated video carried the cube at all.  ``track`` says when the
     generated cube parts from the true one: every ``track_every`` frames, the probe's answer on the
     generated frame against its answer on the true frame of the same index (episodes that long only).
+    ``decoded_last`` (the true last frames through the model's autoencoder, (N, V, S, S, 3)) gives the
+    floor a perfect DiT would reach with this autoencoder and probe (``probe_on_round_trip_*``).
     """
     from .object_probe import EXTERIOR_VIEWS, locate
 
@@ -293,6 +295,10 @@ def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[
         "probe_on_true_frames_share_below_5cm": float((floor < POSITION_TOLERANCE_M).mean()),
         "per_episode_error_m": [round(float(x), 4) for x in err],
     }
+    if decoded_last is not None:
+        rt = np.linalg.norm(locate(probe, decoded_last[:, ext], rgb)[:, :2] - truth_xy, axis=1)
+        out["probe_on_round_trip_error_m_mean"] = float(rt.mean())
+        out["probe_on_round_trip_share_below_5cm"] = float((rt < POSITION_TOLERANCE_M).mean())
     track = []
     for t in range(track_every, max(len(e) for e in episodes), track_every):
         alive = [i for i, e in enumerate(episodes) if len(e) > t]
@@ -355,7 +361,15 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
     ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
                             windows)
     res["autoencoder_ceiling"] = {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
-    res["position"] = position_errors(probe, episodes, generated) if probe is not None else None
+    if probe is not None:
+        import torch
+
+        with torch.no_grad():  # each episode's true last frame through the autoencoder
+            last = np.stack([wm.decode(wm.encode(torch.from_numpy(np.ascontiguousarray(e.frames[-1:])))).cpu().numpy()[0]
+                             for e in episodes]).astype(np.uint8)
+        res["position"] = position_errors(probe, episodes, generated, decoded_last=last)
+    else:
+        res["position"] = None
     return res
 
 
@@ -492,6 +506,11 @@ def format_table(report: dict[str, Any]) -> str:
                               f"{100 * pos['cube_left_at_start_error_m_mean']:.1f} cm in the simulator (the error of "
                               f"never moving it; that puts {100 * pos['cube_left_at_start_share_below_5cm']:.0f}% "
                               f"within 5 cm)")
+            if pos.get("probe_on_round_trip_error_m_mean") is not None:
+                detail.append(f"  {entry['label']:<12} {split:<8} cube: the probe on the true last frame through the "
+                              f"autoencoder errs {100 * pos['probe_on_round_trip_error_m_mean']:.1f} cm, "
+                              f"{100 * pos['probe_on_round_trip_share_below_5cm']:.0f}% < 5 cm (the floor of a "
+                              f"perfect DiT)")
             if pos.get("track"):
                 detail.append(f"  {entry['label']:<12} {split:<8} cube vs the true frame's, by frame: " + ", ".join(
                     f"{k['frame']} {100 * k['error_m_mean']:.1f} cm" for k in pos["track"]))

@@ -114,6 +114,7 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert -1.0 <= held["ssim"]["in_horizon"]["mean"] < 0.99  # random weights: far from the truth
     pos = held["position"]
     assert pos["episodes"] == 2 and 0.0 <= pos["share_below_5cm"] <= 1.0 and pos["end_error_m_mean"] >= 0.0
+    assert pos["probe_on_round_trip_error_m_mean"] >= 0.0 and 0.0 <= pos["probe_on_round_trip_share_below_5cm"] <= 1.0
     assert set(held["targets_met"]) == set(F.TARGETS) and "targets_met" not in entry["splits"]["ood"]
     ceiling = held["autoencoder_ceiling"]
     assert set(ceiling) == {"psnr", "ssim"} and ceiling["ssim"]["in_horizon"]["frames"] == 2 * 6
@@ -184,6 +185,10 @@ def test_position_errors_have_the_never_moving_reference(splits, probe_dir):
     starts = np.stack([e.target_start_xy for e in eps])
     assert frozen["generated_end_from_start_m_mean"] == pytest.approx(
         np.linalg.norm(at_start[:, :2] - starts, axis=1).mean())
+    # the round-trip floor: true last frames passed as the "decoded" ones give the probe's own floor
+    floor = F.position_errors(probe, eps, [e.frames for e in eps], decoded_last=np.stack([e.frames[-1] for e in eps]))
+    assert floor["probe_on_round_trip_error_m_mean"] == pytest.approx(pos["probe_on_true_frames_error_m_mean"])
+    assert "probe_on_round_trip_error_m_mean" not in pos
     # records written before initial_poses existed: no reference, the rest unchanged
     old = [F.EvalEpisode(e.index, {k: v for k, v in e.record.items() if k != "initial_poses"}, e.frames, e.actions,
                          e.spec) for e in eps]
