@@ -252,16 +252,18 @@ def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int,
     A world model's frames pass through the same decoder, so these frames score the best any DiT could
     reach with this autoencoder: the benchmark's ceiling.
     """
+    return [round_trip_frames(wm, e.frames[:last_frame + 1], batch_frames) for e in episodes]
+
+
+def round_trip_frames(wm, frames: np.ndarray, batch_frames: int = 64) -> np.ndarray:
+    """uint8 frames (T, V, S, S, 3) encoded and decoded by the model's autoencoder, ``batch_frames`` at a time."""
     import torch
 
-    out = []
+    frames = torch.from_numpy(np.ascontiguousarray(frames))
     with torch.no_grad():
-        for e in episodes:
-            frames = torch.from_numpy(np.ascontiguousarray(e.frames[:last_frame + 1]))
-            parts = [wm.decode(wm.encode(frames[i:i + batch_frames])).cpu().numpy()
-                     for i in range(0, len(frames), batch_frames)]
-            out.append(np.concatenate(parts).astype(np.uint8))
-    return out
+        parts = [wm.decode(wm.encode(frames[i:i + batch_frames])).cpu().numpy()
+                 for i in range(0, len(frames), batch_frames)]
+    return np.concatenate(parts).astype(np.uint8)
 
 
 # ---------------------------------------------------------------------------------------------- position
@@ -361,15 +363,8 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
     ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
                             windows)
     res["autoencoder_ceiling"] = {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
-    if probe is not None:
-        import torch
-
-        with torch.no_grad():  # each episode's true last frame through the autoencoder
-            last = np.stack([wm.decode(wm.encode(torch.from_numpy(np.ascontiguousarray(e.frames[-1:])))).cpu().numpy()[0]
-                             for e in episodes]).astype(np.uint8)
-        res["position"] = position_errors(probe, episodes, generated, decoded_last=last)
-    else:
-        res["position"] = None
+    res["position"] = None if probe is None else position_errors(
+        probe, episodes, generated, decoded_last=round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes])))
     return res
 
 
