@@ -3,7 +3,8 @@
 Used by :mod:`benchmarks.fidelity` to ask "where does the generated video put the manipulated
 object?".  Usage (the fidelity benchmark builds it on first use)::
 
-    python -m benchmarks.object_probe --out benchmarks/results/fidelity_probe     # ~25 min on a busy 2-core CPU
+    python -m benchmarks.object_probe --out benchmarks/results/fidelity_probe     # ~30 min on a busy 2-core CPU
+    python -m benchmarks.object_probe --raw-only   # without the shipped autoencoder's round trip of the renders
 
 How it works: a per-view CNN reads one exterior view plus the cube's colour (as the per-pixel
 absolute difference between the image and that colour, which makes colour matching easy) and
@@ -16,7 +17,11 @@ rays), so no table geometry is learned and the answer is a 3-D position; the ben
 Training data: SimDROID expert rollouts of both distributions (``"train"`` and ``"ood"`` colours and
 positions), seeds :data:`PROBE_SEED` + i, every ``stride``-th frame and every frame of the settled
 end of the episode, every cube of every kept frame, with blur / brightness / noise augmentation so that decoded world-model frames
-are not out of distribution for the probe.
+are not out of distribution for the probe.  With ``--decoded-from`` (by default the shipped world model)
+each render also goes through that model's autoencoder (encode, decode), and half of every batch reads
+the decoded copy: every generated frame leaves the world model through that decoder, and a probe trained
+on raw renders alone misread decoded true frames by 15 cm (docs/FIDELITY.md).  The label stays the
+simulator's position, so the probe learns where the decoder draws a cube, not what the DiT makes of it.
 
 Measured (80 rollouts, 3000 steps, seeds 3_000_000+): table-xy error on held-out rollouts (every
 cube, every kept frame) 1.6 cm mean, 0.6 cm median, 90% below 5 cm; on the true last frames of the
@@ -237,6 +242,33 @@ def collect_samples(num_episodes: int, seed: int = PROBE_SEED, stride: int = 4, 
 
 
 # ---------------------------------------------------------------------------------------------- training
+def add_round_trip(samples: dict[str, np.ndarray], world_model, batch_frames: int = 64,
+                   progress: bool = True) -> dict[str, np.ndarray]:
+    """Add ``"decoded_views"``: the exterior views through ``world_model``'s autoencoder (same shape as ``"views"``).
+
+    Views are resized to the autoencoder's size and back when the two differ (a 16x16 model's decoded
+    views are upsampled the way the benchmark upsamples its generated frames).
+    """
+    from tqdm import tqdm
+
+    from neuralsim.envs.episodes import resize_image
+
+    from .fidelity import round_trip_frames
+
+    views = samples["views"]
+    size, ae = views.shape[2], world_model.config.autoencoder.image_size
+    out = np.empty_like(views)
+    for i in tqdm(range(0, len(views), batch_frames), disable=not progress, desc="probe round trip", unit="batch"):
+        chunk = views[i:i + batch_frames]
+        if ae != size:
+            chunk = np.stack([[resize_image(v, ae) for v in pair] for pair in chunk])
+        dec = round_trip_frames(world_model, chunk, batch_frames)
+        if ae != size:
+            dec = np.stack([[resize_image(v, size) for v in pair] for pair in dec])
+        out[i:i + len(chunk)] = dec
+    return {**samples, "decoded_views": out}
+
+
 def _augment(x, generator):
     """Make renders look more like decoded, generated frames: blur, brightness, noise."""
     import torch
@@ -269,12 +301,20 @@ def _soft_target(uv, size: int, sigma_cells: float = 0.75):
 
 
 def train(samples: dict[str, np.ndarray], steps: int = 3000, batch_size: int = 32, lr: float = 3e-3, seed: int = 0,
-          val_fraction: float = 0.1, config: ProbeConfig | None = None, progress: bool = True):
+          val_fraction: float = 0.1, config: ProbeConfig | None = None, progress: bool = True,
+          decoded_share: float = 0.5):
     """Fit a probe to ``samples`` (from :func:`collect_samples`); returns (probe, report).
 
     Every (frame, cube) pair is an example; the last ``val_fraction`` of the episodes are held out and
-    the report gives the triangulated error on them (3-D and table xy).
+    the report gives the triangulated error on them (3-D and table xy).  With ``"decoded_views"`` in the
+    samples (:func:`add_round_trip`), each example reads the decoded copy with probability
+    ``decoded_share`` and the report adds the error on the held-out decoded views (``val_decoded_*``).
     """
+    if not 0.0 <= decoded_share <= 1.0:
+        raise ValueError(f"decoded_share must be in [0, 1], got {decoded_share}")
+    has_decoded = "decoded_views" in samples
+    if has_decoded and samples["decoded_views"].shape != samples["views"].shape:
+        raise ValueError(f"decoded_views {samples['decoded_views'].shape} must match views {samples['views'].shape}")
     import torch
     from tqdm import tqdm
 
@@ -287,6 +327,7 @@ def train(samples: dict[str, np.ndarray], steps: int = 3000, batch_size: int = 3
     is_val = np.isin(samples["episode"], episodes[len(episodes) - n_val:])
     train_idx, val_idx = np.flatnonzero(~is_val), np.flatnonzero(is_val)
     views = _views_tensor(samples["views"], cfg.image_size)
+    decoded = _views_tensor(samples["decoded_views"], cfg.image_size) if has_decoded else None
     colours = torch.from_numpy(samples["colours"])
     n, n_cubes = samples["xyz"].shape[:2]
     uv = torch.from_numpy(project(samples["xyz"].reshape(-1, 3)).reshape(n, n_cubes, 2, 2)).float()
@@ -298,7 +339,11 @@ def train(samples: dict[str, np.ndarray], steps: int = 3000, batch_size: int = 3
     for _ in tqdm(range(steps), disable=not progress, desc="probe training", unit="step"):
         rows = torch.from_numpy(train_idx)[torch.randint(len(train_idx), (batch_size,), generator=g)]
         cube = torch.randint(n_cubes, (batch_size,), generator=g)
-        logits = probe(_augment(views[rows], g), colours[rows, cube])  # (B, 2, half, half)
+        x = views[rows]
+        if decoded is not None:
+            use = torch.rand(batch_size, generator=g) < decoded_share
+            x = torch.where(use[:, None, None, None, None], decoded[rows], x)
+        logits = probe(_augment(x, g), colours[rows, cube])  # (B, 2, half, half)
         target_uv = uv[rows, cube]  # (B, 2, 2)
         logp = logits.flatten(-2).log_softmax(-1)
         ce = -(_soft_target(target_uv, half).flatten(-2) * logp).sum(-1).mean()
@@ -312,16 +357,21 @@ def train(samples: dict[str, np.ndarray], steps: int = 3000, batch_size: int = 3
     probe.eval()
     report: dict[str, Any] = {"steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
                               "train_frames": int(len(train_idx)), "val_frames": int(len(val_idx)),
-                              "final_loss": float(np.mean(losses[-50:])) if losses else None}
+                              "final_loss": float(np.mean(losses[-50:])) if losses else None,
+                              "decoded_share": decoded_share if has_decoded else 0.0}
     if len(val_idx):
         idx = np.repeat(val_idx, n_cubes)
         cube = np.tile(np.arange(n_cubes), len(val_idx))
-        pred = locate(probe, samples["views"][idx], samples["colours"][idx, cube])
         true = samples["xyz"][idx, cube]
-        err_xy = np.linalg.norm(pred[:, :2] - true[:, :2], axis=1)
-        report.update(val_xy_error_m_mean=float(err_xy.mean()), val_xy_error_m_median=float(np.median(err_xy)),
-                      val_share_below_5cm=float((err_xy < TOLERANCE_M).mean()),
-                      val_xyz_error_m_mean=float(np.linalg.norm(pred - true, axis=1).mean()))
+        for key, prefix in (("views", "val"), ("decoded_views", "val_decoded")):
+            if key not in samples:
+                continue
+            pred = locate(probe, samples[key][idx], samples["colours"][idx, cube])
+            err_xy = np.linalg.norm(pred[:, :2] - true[:, :2], axis=1)
+            report.update({f"{prefix}_xy_error_m_mean": float(err_xy.mean()),
+                           f"{prefix}_xy_error_m_median": float(np.median(err_xy)),
+                           f"{prefix}_share_below_5cm": float((err_xy < TOLERANCE_M).mean()),
+                           f"{prefix}_xyz_error_m_mean": float(np.linalg.norm(pred - true, axis=1).mean())})
     return probe, report
 
 
@@ -352,12 +402,32 @@ def load(directory: str | Path):
     return probe
 
 
-def build(directory: str | Path, episodes: int = 80, steps: int = 3000, progress: bool = True):
-    """Render training data in SimDROID, train the probe and save it; returns (probe, report)."""
+def default_decoder() -> Path:
+    """The shipped world model, whose autoencoder the probe learns to read by default."""
+    from neuralsim.envs.neural_droid import DEFAULT_CHECKPOINT
+
+    return DEFAULT_CHECKPOINT
+
+
+def build(directory: str | Path, episodes: int = 80, steps: int = 3000, progress: bool = True,
+          decoded_from: str | Path | None = None):
+    """Render training data in SimDROID, train the probe and save it; returns (probe, report).
+
+    ``decoded_from`` (a world-model directory or hub id) adds its autoencoder's round trip of every render
+    to the training data (:func:`add_round_trip`); None trains on raw renders only.
+    """
     t0 = time.perf_counter()
     samples = collect_samples(episodes, progress=progress)
+    decoder: dict[str, Any] = {}
+    if decoded_from is not None:
+        from neuralsim.world_model.model import WorldModel
+
+        wm = WorldModel.from_pretrained(str(decoded_from))
+        samples = add_round_trip(samples, wm, progress=progress)
+        decoder = {"decoded_from": str(decoded_from),
+                   "decoder_reconstruction_steps": wm.config.recipe.get("decoder_reconstruction_steps")}
     probe, report = train(samples, steps=steps, progress=progress)
-    report.update(episodes=episodes, seed_start=PROBE_SEED, seconds=round(time.perf_counter() - t0, 1))
+    report.update(episodes=episodes, seed_start=PROBE_SEED, **decoder, seconds=round(time.perf_counter() - t0, 1))
     save(probe, directory, report)
     probe.report = report
     log.info("object probe saved to %s: %s", directory, report)
@@ -370,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="directory for probe.safetensors + probe.json (default %(default)s)")
     p.add_argument("--episodes", type=int, default=80, help="SimDROID rollouts to render (default %(default)s)")
     p.add_argument("--steps", type=int, default=3000, help="training steps (default %(default)s)")
+    p.add_argument("--decoded-from", default=str(default_decoder()),
+                   help="world model whose autoencoder's round trip of each render is trained on too "
+                        "(default: the shipped one, %(default)s)")
+    p.add_argument("--raw-only", dest="decoded_from", action="store_const", const=None,
+                   help="train on raw renders only")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)
@@ -378,9 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    _, rep = build(args.out, args.episodes, args.steps, args.progress)
-    print(f"probe saved to {args.out}: validation xy error {100 * rep.get('val_xy_error_m_mean', float('nan')):.2f} cm "
-          f"mean, {100 * rep.get('val_share_below_5cm', float('nan')):.0f}% below 5 cm")
+    _, rep = build(args.out, args.episodes, args.steps, args.progress, decoded_from=args.decoded_from)
+    for prefix, what in (("val", "renders"), ("val_decoded", "decoded renders")):
+        if f"{prefix}_xy_error_m_mean" in rep:
+            print(f"probe saved to {args.out}: validation xy error on {what} "
+                  f"{100 * rep[f'{prefix}_xy_error_m_mean']:.2f} cm mean, "
+                  f"{100 * rep[f'{prefix}_share_below_5cm']:.0f}% below 5 cm")
     return 0
 
 

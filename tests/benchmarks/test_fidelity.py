@@ -34,10 +34,15 @@ def splits(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def probe_dir(tmp_path_factory) -> Path:
+def probe_samples() -> dict[str, np.ndarray]:
     samples = P.collect_samples(2, max_steps=8, stride=4, progress=False)
     assert samples["views"].shape[1:] == (2, 64, 64, 3) and samples["xyz"].shape[1:] == (3, 3)
-    probe, report = P.train(samples, steps=3, batch_size=4, progress=False)
+    return samples
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory, probe_samples) -> Path:
+    probe, report = P.train(probe_samples, steps=3, batch_size=4, progress=False)
     assert "val_xy_error_m_mean" in report
     return P.save(probe, tmp_path_factory.mktemp("probe"), report)
 
@@ -166,6 +171,40 @@ def test_probe_save_load_and_ood_records(probe_dir, splits):
     assert rec["distribution"] == "ood" and all(c in OOD_COLORS for c in rec["colors"])
     assert P.colour_rgb(rec["target"]).shape == (3,)
     assert "distribution" not in list_episodes(splits["heldout"])[0]
+
+
+def test_probe_learns_from_the_autoencoder_round_trip(probe_samples, tiny_checkpoint, tmp_path, monkeypatch):
+    """Renders go through the model's autoencoder (at its 16 px and back to 64), and training reads them."""
+    from neuralsim.envs.episodes import resize_image
+
+    wm = WorldModel.from_pretrained(tiny_checkpoint)
+    samples = P.add_round_trip(probe_samples, wm, batch_frames=2, progress=False)
+    views, decoded = samples["views"], samples["decoded_views"]
+    assert "decoded_views" not in probe_samples and decoded.shape == views.shape and decoded.dtype == np.uint8
+    small = np.stack([resize_image(v, 16) for v in views[-1]])[None]  # the last frame, alone
+    expected = np.stack([resize_image(v, 64) for v in F.round_trip_frames(wm, small)[0]])
+    np.testing.assert_array_equal(decoded[-1], expected)
+    assert np.abs(decoded.astype(int) - views).mean() > 5  # a random tiny autoencoder changes the frames
+
+    def weights(share):
+        probe, rep = P.train(samples, steps=2, batch_size=4, progress=False, decoded_share=share)
+        return torch.cat([p.flatten() for p in probe.parameters()]), rep
+
+    w_raw, rep = weights(0.0)
+    w_dec, rep_dec = weights(1.0)
+    assert not torch.equal(w_raw, w_dec)  # the decoded copies are what the probe reads
+    assert rep_dec["decoded_share"] == 1.0 and "val_decoded_xy_error_m_mean" in rep_dec
+    assert rep["val_decoded_xy_error_m_mean"] != rep["val_xy_error_m_mean"]
+    with pytest.raises(ValueError, match="decoded_share"):
+        P.train(samples, steps=1, decoded_share=1.5, progress=False)
+    with pytest.raises(ValueError, match="decoded_views"):
+        P.train({**samples, "decoded_views": decoded[:, :1]}, steps=1, progress=False)
+
+    monkeypatch.setattr(P, "collect_samples", lambda *a, **k: probe_samples)
+    _, report = P.build(tmp_path / "probe", episodes=2, steps=2, progress=False, decoded_from=tiny_checkpoint)
+    saved = P.load(tmp_path / "probe").report
+    assert saved["decoded_from"] == str(tiny_checkpoint) and "val_decoded_share_below_5cm" in saved
+    assert saved["decoded_share"] == 0.5 == report["decoded_share"]
 
 
 def test_position_errors_have_the_never_moving_reference(splits, probe_dir):
