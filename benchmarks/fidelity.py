@@ -405,8 +405,7 @@ def run(cfg: Config) -> dict[str, Any]:
                         "`python -m benchmarks.object_probe --out %s`)", cfg.probe, cfg.probe)
         else:
             log.info("building the object probe at %s (once; ~25 minutes on a busy 2-core CPU)", cfg.probe)
-            probe, _ = object_probe.build(cfg.probe, progress=cfg.progress,
-                                          decoded_from=object_probe.default_decoder())
+            probe, _ = object_probe.build(cfg.probe, progress=cfg.progress)
     splits_data: dict[str, dict[int, list[EvalEpisode]]] = {}
     results = []
     for ckpt in cfg.checkpoints:
