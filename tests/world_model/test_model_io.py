@@ -136,6 +136,22 @@ def test_corrupt_and_mismatched_checkpoints_are_refused(tiny_model, tmp_path):
         WorldModel.from_pretrained(d)
 
 
+def test_fine_preset_keeps_the_token_budget_on_a_finer_latent():
+    """``fine``: a 32x32 latent (one downsampling) with patch 8 gives the default's 16 tokens per view."""
+    import torch
+
+    from neuralsim.world_model.model import WorldModel
+
+    fine, default = preset("fine"), preset("default")
+    assert fine.autoencoder.latent_size == 32 == 2 * default.autoencoder.latent_size
+    assert fine.dit.tokens_per_frame == default.dit.tokens_per_frame == 48
+    assert fine.dit.patch_dim == 4 * default.dit.patch_dim == 256
+    wm = WorldModel(fine).eval()
+    views = torch.randint(0, 256, (2, 3, 64, 64, 3), dtype=torch.uint8)
+    z = wm.encode(views)
+    assert z.shape == (2, 3, 4, 32, 32) and wm.decode(z).shape == views.shape
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="unknown world model config preset"):
         preset("huge")
