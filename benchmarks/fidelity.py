@@ -5,6 +5,7 @@ Usage::
     python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --quick
     python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --ood-data data/simdroid_ood
     python -m benchmarks.fidelity --compare runs/df/model runs/sf/model --data data/simdroid_heldout
+    python -m benchmarks.fidelity --compare neuralsim/assets/world_model runs/fine/ae/model --autoencoder-only
     python -m benchmarks.object_probe                    # (re)train the object-position probe only
 
 Protocol (``docs/FIDELITY.md`` has the reasoning and the results table):
@@ -267,6 +268,25 @@ def round_trip_frames(wm, frames: np.ndarray, batch_frames: int = 64) -> np.ndar
 
 
 # ---------------------------------------------------------------------------------------------- position
+def probe_floors(probe, episodes: Sequence[EvalEpisode], decoded_last: np.ndarray | None = None) -> dict[str, Any]:
+    """The probe's table-xy error on each episode's true last frame (``probe_on_true_frames_*``) and, given
+    ``decoded_last`` (those frames through a model's autoencoder, (N, V, S, S, 3)), on the round trip
+    (``probe_on_round_trip_*``): the best a DiT could score with this autoencoder and this probe."""
+    from .object_probe import EXTERIOR_VIEWS, locate
+
+    ext = [VIEW_NAMES.index(v) for v in EXTERIOR_VIEWS]
+    truth_xy = np.stack([e.target_final_xy for e in episodes])
+    rgb = np.stack([e.target_rgb for e in episodes])
+    out = {}
+    sources = (("probe_on_true_frames", np.stack([e.frames[-1] for e in episodes])), ("probe_on_round_trip", decoded_last))
+    for name, frames in sources:
+        if frames is not None:
+            err = np.linalg.norm(locate(probe, frames[:, ext], rgb)[:, :2] - truth_xy, axis=1)
+            out[f"{name}_error_m_mean"] = float(err.mean())
+            out[f"{name}_share_below_5cm"] = float((err < POSITION_TOLERANCE_M).mean())
+    return out
+
+
 def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[np.ndarray],
                     track_every: int = 16, decoded_last: np.ndarray | None = None) -> dict[str, Any]:
     """End-of-episode table-xy error of the target cube in generated and in true last frames, vs the simulator.
@@ -285,22 +305,15 @@ def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[
     truth_xy = np.stack([e.target_final_xy for e in episodes])
     rgb = np.stack([e.target_rgb for e in episodes])
     gen_xy = locate(probe, np.stack([g[-1][ext] for g in generated]), rgb)[:, :2]
-    true_xy = locate(probe, np.stack([e.frames[-1][ext] for e in episodes]), rgb)[:, :2]
     err = np.linalg.norm(gen_xy - truth_xy, axis=1)
-    floor = np.linalg.norm(true_xy - truth_xy, axis=1)
     out = {
         "episodes": len(episodes),
         "end_error_m_mean": float(err.mean()),
         "end_error_m_median": float(np.median(err)),
         "share_below_5cm": float((err < POSITION_TOLERANCE_M).mean()),
-        "probe_on_true_frames_error_m_mean": float(floor.mean()),
-        "probe_on_true_frames_share_below_5cm": float((floor < POSITION_TOLERANCE_M).mean()),
+        **probe_floors(probe, episodes, decoded_last),
         "per_episode_error_m": [round(float(x), 4) for x in err],
     }
-    if decoded_last is not None:
-        rt = np.linalg.norm(locate(probe, decoded_last[:, ext], rgb)[:, :2] - truth_xy, axis=1)
-        out["probe_on_round_trip_error_m_mean"] = float(rt.mean())
-        out["probe_on_round_trip_share_below_5cm"] = float((rt < POSITION_TOLERANCE_M).mean())
     track = []
     for t in range(track_every, max(len(e) for e in episodes), track_every):
         alive = [i for i, e in enumerate(episodes) if len(e) > t]
@@ -343,6 +356,9 @@ class Config:
     threads: int | None = None
     out: str = str(DEFAULT_OUT)
     progress: bool = True
+    autoencoder_only: bool = False
+    """Only the autoencoder's ceiling and the probe's round-trip floor (no DiT, no targets): compares
+    autoencoders before a DiT is trained on one."""
 
 
 def checkpoint_label(path: str) -> str:
@@ -352,6 +368,8 @@ def checkpoint_label(path: str) -> str:
 
 
 def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[str, Any]:
+    if cfg.autoencoder_only:
+        return evaluate_autoencoder(wm, episodes, probe)
     t0 = time.perf_counter()
     generated = open_loop(wm, episodes, seed=cfg.seed, batch_size=cfg.batch_size, context_window=cfg.context_window,
                           denoising_steps=cfg.denoising_steps, progress=cfg.progress)
@@ -365,6 +383,18 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
     res["autoencoder_ceiling"] = {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
     res["position"] = None if probe is None else position_errors(
         probe, episodes, generated, decoded_last=round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes])))
+    return res
+
+
+def evaluate_autoencoder(wm, episodes: list[EvalEpisode], probe) -> dict[str, Any]:
+    """``--autoencoder-only``: the ceiling frame metrics and the probe floors of ``wm``'s autoencoder."""
+    windows = Windows(wm.config.clip_length)
+    ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
+                            windows)
+    res: dict[str, Any] = {"episodes": len(episodes),
+                           "autoencoder_ceiling": {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}}
+    res["position"] = None if probe is None else {"episodes": len(episodes), **probe_floors(
+        probe, episodes, round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes])))}
     return res
 
 
@@ -422,7 +452,7 @@ def run(cfg: Config) -> dict[str, Any]:
                 cache[size] = load_split(root, size, n)
             log.info("%s: %s split, %d episodes", ckpt, split, len(cache[size]))
             res = evaluate_split(wm, cache[size], cfg, probe)
-            if split == "heldout":
+            if split == "heldout" and not cfg.autoencoder_only:
                 res["targets_met"] = check_targets(res)
             entry["splits"][split] = res
         results.append(entry)
@@ -435,6 +465,7 @@ def run(cfg: Config) -> dict[str, Any]:
             "position": "ObjectProbe xy of the target cube in the last frame vs the simulator's final pose",
             "position_tolerance_m": POSITION_TOLERANCE_M, "targets": TARGETS,
             "data": cfg.data, "ood_data": cfg.ood_data, "seed": cfg.seed, "quick": cfg.quick,
+            "autoencoder_only": cfg.autoencoder_only,
             "context_window": cfg.context_window, "denoising_steps": cfg.denoising_steps,
             "probe": cfg.probe if probe is not None else None,
             "probe_report": getattr(probe, "report", None),
@@ -479,7 +510,7 @@ def format_table(report: dict[str, Any]) -> str:
         for split, r in entry["splits"].items():
             pos = r.get("position") or {}
             floor = pos.get("probe_on_true_frames_error_m_mean")
-            get = lambda m, w: (r[m][w] or {}).get("mean")  # noqa: E731
+            get = lambda m, w: ((r.get(m) or {}).get(w) or {}).get("mean")  # noqa: E731
             lines.append(
                 f"{entry['label'][:13]:<14}{split:<9}{r['episodes']:>4}  {_fmt(get('psnr', 'in_horizon'), 8, 2)}"
                 f"{_fmt(get('psnr', 'beyond'), 8, 2)}  {_fmt(get('ssim', 'in_horizon'), 8, 4)}"
@@ -487,7 +518,7 @@ def format_table(report: dict[str, Any]) -> str:
                 f"{_fmt(pos.get('share_below_5cm'), 6, 0, 100, '%')}  {_fmt(floor, 11, 1, 100, 'cm')}")
             for metric in ("psnr", "ssim"):
                 for w in ("in_horizon", "beyond"):
-                    vals = r[metric][w]
+                    vals = (r.get(metric) or {}).get(w)
                     if vals:
                         detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}")
             for metric, windows in (r.get("autoencoder_ceiling") or {}).items():
@@ -535,6 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="denoising passes per frame (default: the model's S)")
     p.add_argument("--probe", default=d.probe, help="object-probe directory (default %(default)s)")
     p.add_argument("--no-probe", dest="probe", action="store_const", const=None, help="skip the position metric")
+    p.add_argument("--autoencoder-only", dest="autoencoder_only", action="store_true",
+                   help="only the autoencoder's ceiling and the probe's round-trip floor (no DiT rollouts, no targets)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out", default=d.out, help="JSON report (default %(default)s)")
     p.add_argument("--no-progress", dest="progress", action="store_false")

@@ -127,6 +127,27 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert entry["label"] in table and "heldout" in table and "ood" in table and "autoencoder ceiling" in table
 
 
+def test_autoencoder_only_reports_the_ceiling_and_floors_without_rollouts(tiny_checkpoint, splits, probe_dir, tmp_path,
+                                                                           monkeypatch, capsys):
+    common = dict(checkpoints=[str(tiny_checkpoint)], data=str(splits["heldout"]), quick=True, probe=str(probe_dir),
+                  progress=False)
+    full = F.run(F.Config(out=str(tmp_path / "full.json"), **common))["results"][0]["splits"]["heldout"]
+
+    def no_rollouts(*args, **kwargs):
+        raise AssertionError("--autoencoder-only must not roll the DiT out")
+
+    monkeypatch.setattr(F, "open_loop", no_rollouts)
+    report = F.run(F.Config(out=str(tmp_path / "ae.json"), autoencoder_only=True, **common))
+    held = report["results"][0]["splits"]["heldout"]
+    assert report["protocol"]["autoencoder_only"] and "psnr" not in held and "targets_met" not in held
+    assert held["autoencoder_ceiling"] == full["autoencoder_ceiling"]
+    floors = {k: v for k, v in full["position"].items() if k.startswith(("probe_on_true", "probe_on_round"))}
+    assert len(floors) == 4 and held["position"] == {"episodes": 2, **floors}
+    print(F.format_table(report))
+    printed = capsys.readouterr().out
+    assert "(autoencoder ceiling)" in printed and "perfect DiT" in printed
+
+
 def test_compare_mode_makes_one_table(tiny_checkpoint, splits, tmp_path, capsys):
     other = WorldModel.from_pretrained(tiny_checkpoint)
     with torch.no_grad():
