@@ -510,12 +510,16 @@ def format_table(report: dict[str, Any]) -> str:
         for split, r in entry["splits"].items():
             pos = r.get("position") or {}
             floor = pos.get("probe_on_true_frames_error_m_mean")
-            get = lambda m, w: ((r.get(m) or {}).get(w) or {}).get("mean")  # noqa: E731
+            # --autoencoder-only rows: the ceiling and the probe on the round trip stand in the columns
+            frames = r if "psnr" in r else (r.get("autoencoder_ceiling") or {})
+            err, share = ((pos.get("end_error_m_mean"), pos.get("share_below_5cm")) if "psnr" in r else
+                          (pos.get("probe_on_round_trip_error_m_mean"), pos.get("probe_on_round_trip_share_below_5cm")))
+            get = lambda m, w: ((frames.get(m) or {}).get(w) or {}).get("mean")  # noqa: E731
             lines.append(
                 f"{entry['label'][:13]:<14}{split:<9}{r['episodes']:>4}  {_fmt(get('psnr', 'in_horizon'), 8, 2)}"
                 f"{_fmt(get('psnr', 'beyond'), 8, 2)}  {_fmt(get('ssim', 'in_horizon'), 8, 4)}"
-                f"{_fmt(get('ssim', 'beyond'), 8, 4)}  {_fmt(pos.get('end_error_m_mean'), 8, 1, 100, 'cm')}"
-                f"{_fmt(pos.get('share_below_5cm'), 6, 0, 100, '%')}  {_fmt(floor, 11, 1, 100, 'cm')}")
+                f"{_fmt(get('ssim', 'beyond'), 8, 4)}  {_fmt(err, 8, 1, 100, 'cm')}"
+                f"{_fmt(share, 6, 0, 100, '%')}  {_fmt(floor, 11, 1, 100, 'cm')}")
             for metric in ("psnr", "ssim"):
                 for w in ("in_horizon", "beyond"):
                     vals = (r.get(metric) or {}).get(w)
@@ -543,6 +547,9 @@ def format_table(report: dict[str, Any]) -> str:
             if "targets_met" in r:
                 t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")
+    if report.get("protocol", {}).get("autoencoder_only"):
+        lines.append("(--autoencoder-only: PSNR / SSIM are each autoencoder's round trip of the true frames, the "
+                     "position columns the probe on the round trip of the last frame)")
     return "\n".join(lines + ["", "per view:"] + detail)
 
 

@@ -145,7 +145,9 @@ def test_autoencoder_only_reports_the_ceiling_and_floors_without_rollouts(tiny_c
     assert len(floors) == 4 and held["position"] == {"episodes": 2, **floors}
     print(F.format_table(report))
     printed = capsys.readouterr().out
-    assert "(autoencoder ceiling)" in printed and "perfect DiT" in printed
+    assert "(autoencoder ceiling)" in printed and "perfect DiT" in printed and "--autoencoder-only" in printed
+    row = next(line for line in printed.splitlines() if line.startswith(report["results"][0]["label"][:13]))
+    assert f"{held['autoencoder_ceiling']['psnr']['in_horizon']['mean']:.2f}" in row  # the ceiling fills the row
 
 
 def test_compare_mode_makes_one_table(tiny_checkpoint, splits, tmp_path, capsys):
