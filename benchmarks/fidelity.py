@@ -378,24 +378,30 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
     res: dict[str, Any] = {"episodes": len(episodes), "frames_generated": int(sum(len(g) - 1 for g in generated)),
                            "generation_seconds": round(t_gen, 2)}
     res.update(frame_metrics(generated, [e.frames for e in episodes], windows))
-    ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
-                            windows)
-    res["autoencoder_ceiling"] = {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
+    res["autoencoder_ceiling"] = autoencoder_ceiling(wm, episodes, windows)
     res["position"] = None if probe is None else position_errors(
-        probe, episodes, generated, decoded_last=round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes])))
+        probe, episodes, generated, decoded_last=last_frames_round_trip(wm, episodes))
     return res
 
 
 def evaluate_autoencoder(wm, episodes: list[EvalEpisode], probe) -> dict[str, Any]:
     """``--autoencoder-only``: the ceiling frame metrics and the probe floors of ``wm``'s autoencoder."""
-    windows = Windows(wm.config.clip_length)
+    return {"episodes": len(episodes),
+            "autoencoder_ceiling": autoencoder_ceiling(wm, episodes, Windows(wm.config.clip_length)),
+            "position": None if probe is None else {
+                "episodes": len(episodes), **probe_floors(probe, episodes, last_frames_round_trip(wm, episodes))}}
+
+
+def autoencoder_ceiling(wm, episodes: Sequence[EvalEpisode], windows: Windows) -> dict[str, Any]:
+    """PSNR and SSIM per window of the true frames 0..2H through ``wm``'s autoencoder (the benchmark's ceiling)."""
     ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
                             windows)
-    res: dict[str, Any] = {"episodes": len(episodes),
-                           "autoencoder_ceiling": {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}}
-    res["position"] = None if probe is None else {"episodes": len(episodes), **probe_floors(
-        probe, episodes, round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes])))}
-    return res
+    return {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
+
+
+def last_frames_round_trip(wm, episodes: Sequence[EvalEpisode]) -> np.ndarray:
+    """Each episode's true last frame through ``wm``'s autoencoder, (N, V, S, S, 3): the probe's round-trip floor."""
+    return round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes]))
 
 
 def check_targets(split: dict[str, Any]) -> dict[str, bool | None]:
@@ -511,9 +517,10 @@ def format_table(report: dict[str, Any]) -> str:
             pos = r.get("position") or {}
             floor = pos.get("probe_on_true_frames_error_m_mean")
             # --autoencoder-only rows: the ceiling and the probe on the round trip stand in the columns
-            frames = r if "psnr" in r else (r.get("autoencoder_ceiling") or {})
-            err, share = ((pos.get("end_error_m_mean"), pos.get("share_below_5cm")) if "psnr" in r else
-                          (pos.get("probe_on_round_trip_error_m_mean"), pos.get("probe_on_round_trip_share_below_5cm")))
+            ae_only = "psnr" not in r
+            frames = (r.get("autoencoder_ceiling") or {}) if ae_only else r
+            err, share = ((pos.get("probe_on_round_trip_error_m_mean"), pos.get("probe_on_round_trip_share_below_5cm"))
+                          if ae_only else (pos.get("end_error_m_mean"), pos.get("share_below_5cm")))
             get = lambda m, w: ((frames.get(m) or {}).get(w) or {}).get("mean")  # noqa: E731
             lines.append(
                 f"{entry['label'][:13]:<14}{split:<9}{r['episodes']:>4}  {_fmt(get('psnr', 'in_horizon'), 8, 2)}"

@@ -160,11 +160,16 @@ def _views_tensor(views: np.ndarray, size: int):
     """uint8 (N, 2, H, W, 3) -> float (N, 2, 3, size, size) in [0, 1]."""
     import torch
 
+    return torch.from_numpy(np.ascontiguousarray(_resize_views(views, size))).permute(0, 1, 4, 2, 3).float() / 255.0
+
+
+def _resize_views(views: np.ndarray, size: int) -> np.ndarray:
+    """uint8 (N, 2, H, W, 3) -> (N, 2, size, size, 3) (unchanged when already that size)."""
     from neuralsim.envs.episodes import resize_image
 
-    if views.shape[2] != size:
-        views = np.stack([[resize_image(v, size) for v in pair] for pair in views])
-    return torch.from_numpy(np.ascontiguousarray(views)).permute(0, 1, 4, 2, 3).float() / 255.0
+    if views.shape[2] == size:
+        return views
+    return np.stack([[resize_image(v, size) for v in pair] for pair in views])
 
 
 def locate(probe, views: np.ndarray, rgb: np.ndarray, batch: int = 256) -> np.ndarray:
@@ -254,8 +259,6 @@ def add_round_trip(samples: dict[str, np.ndarray], world_model, batch_frames: in
     """
     from tqdm import tqdm
 
-    from neuralsim.envs.episodes import resize_image
-
     from .fidelity import round_trip_frames
 
     views = samples["views"]
@@ -263,12 +266,7 @@ def add_round_trip(samples: dict[str, np.ndarray], world_model, batch_frames: in
     out = np.empty_like(views)
     for i in tqdm(range(0, len(views), batch_frames), disable=not progress, desc="probe round trip", unit="batch"):
         chunk = views[i:i + batch_frames]
-        if ae != size:
-            chunk = np.stack([[resize_image(v, ae) for v in pair] for pair in chunk])
-        dec = round_trip_frames(world_model, chunk, batch_frames)
-        if ae != size:
-            dec = np.stack([[resize_image(v, size) for v in pair] for pair in dec])
-        out[i:i + len(chunk)] = dec
+        out[i:i + len(chunk)] = _resize_views(round_trip_frames(world_model, _resize_views(chunk, ae), batch_frames), size)
     return {**samples, "decoded_views": out}
 
 
