@@ -252,6 +252,78 @@ class WorldModel(nn.Module):
         return self
 
     @torch.no_grad()
+    def take_dit_from(self, donor: "WorldModel", views: torch.Tensor, ridge: float = 1e-3,
+                      donor_name: str | None = None) -> dict:
+        """Warm-start this model's DiT from ``donor``'s, across two different autoencoders.
+
+        For moving a trained DiT onto a new latent (the ``fine`` preset's 32x32x4 latent from the
+        default's 16x16x4): the two DiTs must see the same token grid and have the same trunk (width,
+        depth, heads, conditioning); only their patch geometry -- and so ``patch_embed`` and
+        ``final_out`` -- may differ.  Every trunk tensor is copied.  The two ends are bridged by linear
+        maps between the latent spaces, fitted by ridge regression on ``views`` encoded by both
+        autoencoders (same frames, same token positions): ``patch_embed`` becomes the donor's applied
+        to this model's tokens mapped into the donor's latent space, and ``final_out`` the donor's
+        velocity mapped back into this model's.  With identical autoencoders and geometry the maps are
+        the identity and the DiT computes what the donor's does.  The maps are only a start: the new
+        latent carries detail the donor's never saw, and the noise is not mapped exactly, so a training
+        run follows.
+
+        Call it after :meth:`set_latent_stats` (the fit uses normalised latents).  ``views``: uint8
+        (N, V, H, W, 3) frames at this model's image size.  Records the warm start in the recipe and
+        returns the fit's statistics (``r2_in``: how well this model's tokens predict the donor's,
+        ``r2_out``: the reverse).
+        """
+        mine, theirs = self.config.dit, donor.config.dit
+        trunk = ("dim", "depth", "num_heads", "mlp_ratio", "cond_dim", "rope_theta", "freq_dim", "num_views")
+        differ = [f"{k}: {getattr(theirs, k)} vs {getattr(mine, k)}" for k in trunk
+                  if getattr(theirs, k) != getattr(mine, k)]
+        if mine.tokens_per_view != theirs.tokens_per_view:
+            differ.append(f"tokens_per_view: {theirs.tokens_per_view} vs {mine.tokens_per_view}")
+        if differ:
+            raise CheckpointError("the DiT donor's trunk does not fit this model's (donor vs this): " + "; ".join(differ))
+        size = self.config.autoencoder.image_size
+        if donor.config.autoencoder.image_size != size:
+            raise CheckpointError(f"the DiT donor sees {donor.config.autoencoder.image_size}px views, this model "
+                                  f"{size}px")
+        want = (mine.num_views, size, size, 3)
+        if views.dtype != torch.uint8 or views.ndim != 5 or tuple(views.shape[1:]) != want or len(views) < 1:
+            raise ValueError(f"views must be uint8 (N, {', '.join(map(str, want))}), got {views.dtype} "
+                             f"{tuple(views.shape)}")
+
+        def tokens(model: "WorldModel") -> torch.Tensor:
+            z = torch.cat([model.encode(chunk) for chunk in views.split(64)])  # (N, V, C, h, w), normalised
+            x = model.dit.patchify(z[:, None].float())  # (N, 1, V*g*g, P)
+            return x.reshape(-1, x.shape[-1]).double().cpu()
+
+        xs, xd = tokens(self), tokens(donor)
+
+        def fit(src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, float]:
+            """M with dst ~ src @ M.T (ridge-regularised), and the fit's R^2."""
+            gram = src.T @ src
+            lam = ridge * gram.diagonal().mean().clamp_min(1e-12)
+            m = torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), src.T @ dst).T
+            resid = (dst - src @ m.T).pow(2).sum()
+            total = (dst - dst.mean(0)).pow(2).sum().clamp_min(1e-12)
+            return m, float(1 - resid / total)
+
+        a, r2_in = fit(xs, xd)  # this model's tokens -> the donor's
+        b, r2_out = fit(xd, xs)  # the donor's velocities -> this model's
+        own, src = self.dit.state_dict(), donor.dit.state_dict()
+        ends = {"patch_embed.weight", "final_out.weight", "final_out.bias"}
+        for name, t in src.items():
+            if name not in ends:
+                own[name].copy_(t)
+        dt = own["patch_embed.weight"].dtype
+        own["patch_embed.weight"].copy_((src["patch_embed.weight"].double().cpu() @ a).to(dt))
+        own["final_out.weight"].copy_((b @ src["final_out.weight"].double().cpu()).to(dt))
+        own["final_out.bias"].copy_((b @ src["final_out.bias"].double().cpu()).to(dt))
+        stats = {"donor": donor_name, "tokens_fit": len(xs), "r2_in": round(r2_in, 4), "r2_out": round(r2_out, 4),
+                 "donor_dit_steps": {k: v for k, v in donor.config.recipe.items()
+                                     if k.startswith("dit_") and k.endswith("_steps")}}
+        self.config.recipe = {**self.config.recipe, "dit_warm_start": stats}
+        return stats
+
+    @torch.no_grad()
     def with_decoder_layers(self, layers_per_block: int) -> "WorldModel":
         """A copy of this model whose decoder has ``layers_per_block + 1`` ResNets per up block.
 

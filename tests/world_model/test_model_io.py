@@ -255,3 +255,64 @@ def test_take_decoder_from_a_donor_with_another_decoder_depth(tiny_model):
     with torch.inference_mode():
         assert torch.equal(base.decode(z), donor.decode(z))
     assert all(torch.equal(t, tiny_model.state_dict()[k]) for k, t in base.state_dict().items() if k.startswith("dit."))
+
+
+def _fine_tiny() -> WorldModel:
+    """The tiny preset with a finer latent (16x16 instead of 8x8) and patch 8: the same 4 tokens per view."""
+    from neuralsim.world_model.config import _make
+
+    torch.manual_seed(1)
+    return WorldModel(_make(16, (8,), 4, 8, 32, 2, 2, clip_length=6, window=6)).eval()
+
+
+def test_take_dit_from_undoes_a_linear_change_of_latent_exactly(tiny_model):
+    """An autoencoder whose latent is the donor's mixed by an invertible channel matrix M: the warm-started DiT
+    computes, on M x, exactly M times what the donor's DiT computes on x."""
+    import copy
+
+    donor = tiny_model
+    base = copy.deepcopy(tiny_model)
+    randomise(base.dit, seed=5)
+    c = base.config.dit.latent_channels
+    m = torch.eye(c) + 0.3 * torch.randn(c, c, generator=torch.Generator().manual_seed(2))
+    qc = base.autoencoder.vae.quant_conv  # its first C output channels are the latent mode
+    with torch.no_grad():
+        qc.weight[:c] = torch.einsum("ij,jkab->ikab", m, qc.weight[:c].clone())
+        qc.bias[:c] = m @ qc.bias[:c].clone()
+    stats = base.take_dit_from(donor, _views(base, 32, seed=4), ridge=1e-12, donor_name="donor")
+    assert stats["r2_in"] > 0.9999 and stats["r2_out"] > 0.9999 and stats["tokens_fit"] == 32 * 12
+    assert base.config.recipe["dit_warm_start"]["donor"] == "donor"
+    x = latents(base.config, 2, 3, seed=3)
+    t = torch.rand(2, 3, generator=torch.Generator().manual_seed(6))
+    cond = conds(2, 3)
+    with torch.no_grad():
+        mine = base.dit(torch.einsum("ij,btvjhw->btvihw", m, x), t, cond)
+        theirs = torch.einsum("ij,btvjhw->btvihw", m, donor.dit(x, t, cond))
+    assert torch.allclose(mine, theirs, atol=1e-4, rtol=1e-4)
+    trunk = [k for k in donor.dit.state_dict() if k not in ("patch_embed.weight", "final_out.weight", "final_out.bias")]
+    assert all(torch.equal(base.dit.state_dict()[k], donor.dit.state_dict()[k]) for k in trunk)
+
+
+def test_take_dit_from_onto_a_finer_latent_and_refusals(tiny_model):
+    fine = _fine_tiny()
+    assert fine.config.dit.patch_dim == 4 * fine.config.dit.patch_size ** 2 != tiny_model.config.dit.patch_dim
+    before = {k: v.clone() for k, v in fine.state_dict().items()}
+    stats = fine.take_dit_from(tiny_model, _views(fine, 8))
+    assert 0 <= stats["r2_in"] <= 1 and stats["r2_out"] <= 1
+    after = fine.state_dict()
+    assert after["dit.patch_embed.weight"].shape == (32, fine.config.dit.patch_dim)
+    assert not torch.equal(after["dit.final_out.weight"], before["dit.final_out.weight"])  # was zero-initialised
+    assert all(torch.equal(after[k], before[k]) for k in after if not k.startswith("dit."))  # autoencoder untouched
+    with pytest.raises(ValueError, match="views must be uint8"):
+        fine.take_dit_from(tiny_model, _views(fine, 2).float())
+    with pytest.raises(ValueError, match="views must be uint8"):
+        fine.take_dit_from(tiny_model, _views(fine, 2)[:, :2])
+    deeper = preset("tiny")
+    deeper.dit.depth = 3
+    with pytest.raises(CheckpointError, match="depth: 3 vs 2"):
+        fine.take_dit_from(WorldModel(deeper), _views(fine, 2))
+    from neuralsim.world_model.config import _make
+
+    bigger = WorldModel(_make(32, (8, 8, 8), 4, 4, 32, 2, 2, clip_length=6, window=6))  # same trunk and tokens
+    with pytest.raises(CheckpointError, match="32px views"):
+        fine.take_dit_from(bigger, _views(fine, 2))
