@@ -71,10 +71,6 @@ class TrainConfig:
     """Output directory (model/, checkpoint/, metrics.jsonl, samples/)."""
     init_from: str | None = None
     """A WorldModel checkpoint to start from (e.g. the autoencoder stage's or Diffusion Forcing's model/)."""
-    dit_from: str | None = None
-    """DiT stage, fresh run: warm-start the DiT from this model's, fitted across the two autoencoders
-    (:meth:`~neuralsim.world_model.model.WorldModel.take_dit_from`), e.g. the shipped model's DiT for a
-    ``fine`` autoencoder."""
     config: str = "default"
     """Config preset used when not initialising from a checkpoint."""
     steps: int = 1000
@@ -124,10 +120,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=d.data, help="dataset root, or 'synthetic[:N]'")
     parser.add_argument("--out", default=d.out)
     parser.add_argument("--init-from", dest="init_from", default=None)
-    parser.add_argument("--dit-from", dest="dit_from", default=None,
-                        help="--stage dit: start the DiT from this model's DiT (its trunk copied, its input and "
-                             "output layers mapped onto --init-from's latent by a linear fit), e.g. the shipped "
-                             "model's DiT for a fine autoencoder")
     parser.add_argument("--config", choices=PRESETS, default=d.config)
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size)
@@ -344,8 +336,6 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.decoder_layers_per_block is not None and (cfg.stage != "decoder" or not cfg.init_from):
         raise ValueError("--decoder-layers-per-block rebuilds the decoder of an --init-from model; it needs "
                          f"--stage decoder and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    if cfg.dit_from and cfg.stage != "dit":
-        raise ValueError(f"--dit-from warm-starts a DiT; it needs --stage dit (got {cfg.stage!r})")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     rank, world, local_rank = _rank_info()
@@ -431,18 +421,6 @@ def train(cfg: TrainConfig) -> dict:
         model.set_latent_stats(z)
         recipe["latent_stats_fitted"] = True
         log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
-    if cfg.dit_from and ckpt is None:
-        donor = WorldModel.from_pretrained(cfg.dit_from, device=device)
-        pick = np.random.default_rng(cfg.seed).choice(len(dataset), size=min(len(dataset), 48), replace=False)
-        frames, _ = fetch_clips(dataset, sorted(pick.tolist()), image_size)
-        fit = model.take_dit_from(donor, frames[:, ::2].reshape(-1, *frames.shape[2:]), donor_name=str(cfg.dit_from))
-        recipe["dit_warm_start"] = fit
-        ema = {k: p.detach().clone() for k, p in params.items()}  # the average starts from the warm start
-        log.info("DiT warm-started from %s: %d tokens fitted, R^2 into the donor's latent %.3f, back %.3f",
-                 cfg.dit_from, fit["tokens_fit"], fit["r2_in"], fit["r2_out"])
-        del donor
-    elif cfg.dit_from:
-        log.info("--dit-from ignored: resuming %s", ckpt)
 
     run_module = {"dit": model.dit, "autoencoder": _loss_module(model.autoencoder, "loss"),
                   "decoder": _loss_module(model.autoencoder, "decoder_loss")}[cfg.stage]

@@ -180,28 +180,3 @@ def test_torchrun_ddp_averages_gradients_over_ranks_and_stops_together(tmp_path)
     trainer = json.loads((timed / "checkpoint" / "trainer.json").read_text())
     assert 1 <= trainer["step"] < 100000
     assert _losses(timed)[-1][0] == trainer["step"]
-
-
-def test_dit_from_warm_starts_the_dit_on_another_autoencoder(tmp_path):
-    """``--dit-from``: the saved model's DiT trunk is the donor's (the EMA starts from the warm start, not from
-    the fresh init), its autoencoder is ``--init-from``'s, and the recipe records the fit."""
-    donor, ae = tmp_path / "donor", tmp_path / "ae"
-    train(_cfg(donor, steps=3))
-    train(_cfg(ae, stage="autoencoder", steps=2, seed=1))
-    with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="autoencoder", dit_from=str(donor / "model")))
-    out = tmp_path / "warm"
-    train(_cfg(out, steps=0, init_from=str(ae / "model"), dit_from=str(donor / "model")))
-    d, a, w = (WorldModel.from_pretrained(p / "model") for p in (donor, ae, out))
-    ends = ("dit.patch_embed.weight", "dit.final_out.weight", "dit.final_out.bias")
-    for k, t in w.state_dict().items():
-        if k.startswith("autoencoder."):
-            assert torch.equal(t, a.state_dict()[k]), k
-        elif k.startswith("dit.") and k not in ends:
-            assert torch.equal(t, d.state_dict()[k]), k
-    fit = w.config.recipe["dit_warm_start"]
-    assert fit["donor"] == str(donor / "model") and fit["tokens_fit"] > 0
-    assert fit["donor_dit_steps"] == {"dit_step_forcing_steps": 3}
-    summary = train(_cfg(out, steps=2, init_from=str(ae / "model"), dit_from=str(donor / "model")))  # resumes
-    assert summary["step"] == 2
-    assert WorldModel.from_pretrained(out / "model").config.recipe["dit_warm_start"] == fit
