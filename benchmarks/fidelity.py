@@ -512,12 +512,12 @@ def format_table(report: dict[str, Any]) -> str:
             f"  {'pos err':>8}{'<5cm':>6}  {'probe floor':>11}")
     lines = [head, "-" * len(head)]
     detail = []
+    # --autoencoder-only reports: the ceiling and the probe on the round trip stand in the columns
+    ae_only = bool(report.get("protocol", {}).get("autoencoder_only"))
     for entry in report["results"]:
         for split, r in entry["splits"].items():
             pos = r.get("position") or {}
             floor = pos.get("probe_on_true_frames_error_m_mean")
-            # --autoencoder-only rows: the ceiling and the probe on the round trip stand in the columns
-            ae_only = "psnr" not in r
             frames = (r.get("autoencoder_ceiling") or {}) if ae_only else r
             err, share = ((pos.get("probe_on_round_trip_error_m_mean"), pos.get("probe_on_round_trip_share_below_5cm"))
                           if ae_only else (pos.get("end_error_m_mean"), pos.get("share_below_5cm")))
@@ -554,7 +554,7 @@ def format_table(report: dict[str, Any]) -> str:
             if "targets_met" in r:
                 t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")
-    if report.get("protocol", {}).get("autoencoder_only"):
+    if ae_only:
         lines.append("(--autoencoder-only: PSNR / SSIM are each autoencoder's round trip of the true frames, the "
                      "position columns the probe on the round trip of the last frame)")
     return "\n".join(lines + ["", "per view:"] + detail)
