@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from .autoencoder import ViewAutoencoder
-from .config import WorldModelConfig
+from .config import DiTConfig, WorldModelConfig
 from .dit import CausalDiT
 from .kv_cache import KVCache
 from .sampler import sample_frame_with_pending, sample_noise
@@ -250,6 +250,32 @@ class WorldModel(nn.Module):
         counts = {k: v for k, v in donor.config.recipe.items() if k.startswith("decoder_")}  # steps done
         self.config.recipe = {**self.config.recipe, **counts, "stages": own_stages + stages}
         return self
+
+    @torch.no_grad()
+    def with_dit(self, dit: DiTConfig) -> "WorldModel":
+        """A copy of this model with a freshly initialised DiT of shape ``dit``; everything else is kept.
+
+        For training a new DiT shape (e.g. a wider one) on an autoencoder that is already trained, so its
+        latents and the latent store on disk stay valid: the autoencoder and the latent statistics are
+        copied bit for bit.  ``dit`` must read this autoencoder's latents (same channels and size).  The
+        recipe keeps the autoencoder's and decoder's history and drops the DiT's, which no longer applies.
+        The new DiT's initial weights come from the global torch RNG (seed it for a reproducible start).
+        """
+        ae = self.config.autoencoder
+        if (dit.latent_channels, dit.latent_size) != (ae.latent_channels, ae.latent_size):
+            raise ValueError(f"the DiT reads {dit.latent_channels}x{dit.latent_size}x{dit.latent_size} latents but this "
+                             f"autoencoder makes {ae.latent_channels}x{ae.latent_size}x{ae.latent_size}")
+        cfg = WorldModelConfig.from_dict(self.config.to_dict())
+        cfg.dit = dataclasses.replace(dit)
+        recipe = {k: v for k, v in cfg.recipe.items() if not k.startswith("dit_")}
+        recipe["stages"] = [st for st in recipe.get("stages", []) if st.get("stage") != "dit"]
+        cfg.recipe = recipe
+        new = type(self)(cfg).to(self.device)
+        own = new.state_dict()
+        for name, t in self.state_dict().items():
+            if not name.startswith("dit."):
+                own[name].copy_(t)
+        return new.eval()
 
     @torch.no_grad()
     def with_decoder_layers(self, layers_per_block: int) -> "WorldModel":

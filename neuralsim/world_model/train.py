@@ -7,6 +7,7 @@ Copy-paste recipe (SimDROID data in ``data/simdroid``; ``synthetic`` is a built-
     neuralsim train --stage dit --objective step_forcing --init-from runs/df/model --data data/simdroid --out runs/sf --steps 2000
     neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid --out runs/dec --steps 3000  # optional
     neuralsim train --stage decoder --init-from runs/sf/model --decoder-layers-per-block 0 ...  # a faster decoder
+    neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine ...  # a new DiT shape, same autoencoder
 
 Every stage writes into ``--out``:
 
@@ -71,8 +72,12 @@ class TrainConfig:
     """Output directory (model/, checkpoint/, metrics.jsonl, samples/)."""
     init_from: str | None = None
     """A WorldModel checkpoint to start from (e.g. the autoencoder stage's or Diffusion Forcing's model/)."""
+    autoencoder_from: str | None = None
+    """``dit`` stage: take the autoencoder (and its latent statistics) from this WorldModel checkpoint and
+    start a fresh DiT of ``config``'s shape on it (:meth:`~neuralsim.world_model.model.WorldModel.with_dit`),
+    e.g. to try a wider DiT on an autoencoder that is already trained."""
     config: str = "default"
-    """Config preset used when not initialising from a checkpoint."""
+    """Config preset used when not initialising from a checkpoint (with ``autoencoder_from``: its DiT)."""
     steps: int = 1000
     """Total optimiser steps of this stage (a resumed run continues up to this number)."""
     batch_size: int = 8
@@ -121,6 +126,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=d.out)
     parser.add_argument("--init-from", dest="init_from", default=None)
     parser.add_argument("--config", choices=PRESETS, default=d.config)
+    parser.add_argument("--autoencoder-from", dest="autoencoder_from", default=None,
+                        help="--stage dit: keep this model's trained autoencoder and start a fresh DiT shaped as "
+                             "--config's (instead of --init-from, which keeps the model's own DiT)")
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
@@ -336,6 +344,9 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.decoder_layers_per_block is not None and (cfg.stage != "decoder" or not cfg.init_from):
         raise ValueError("--decoder-layers-per-block rebuilds the decoder of an --init-from model; it needs "
                          f"--stage decoder and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if cfg.autoencoder_from and (cfg.stage != "dit" or cfg.init_from):
+        raise ValueError("--autoencoder-from starts a fresh DiT on a trained autoencoder; it needs --stage dit and "
+                         f"no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     rank, world, local_rank = _rank_info()
@@ -369,6 +380,12 @@ def train(cfg: TrainConfig) -> dict:
         if depth is not None and depth != model.config.autoencoder.decoder_depth:
             model = model.with_decoder_layers(depth)
             log.info("decoder rebuilt with %d layers per block (%d ResNets per level)", depth, depth + 1)
+    elif cfg.autoencoder_from:
+        donor = WorldModel.from_pretrained(cfg.autoencoder_from)
+        torch.manual_seed(cfg.seed)
+        model = donor.with_dit(preset(cfg.config).dit)
+        log.info("autoencoder from %s, a fresh %s DiT (%d x %d wide)", cfg.autoencoder_from, cfg.config,
+                 model.config.dit.depth, model.config.dit.dim)
     else:
         torch.manual_seed(cfg.seed)
         model = WorldModel(preset(cfg.config))

@@ -146,6 +146,8 @@ def test_fine_preset_keeps_the_token_budget_on_a_finer_latent():
     assert fine.autoencoder.latent_size == 32 == 2 * default.autoencoder.latent_size
     assert fine.dit.tokens_per_frame == default.dit.tokens_per_frame == 48
     assert fine.dit.patch_dim == 4 * default.dit.patch_dim == 256
+    # the trunk is at least as wide as a token's latent numbers, so patch_embed is no bottleneck
+    assert fine.dit.dim >= fine.dit.patch_dim
     wm = WorldModel(fine).eval()
     views = torch.randint(0, 256, (2, 3, 64, 64, 3), dtype=torch.uint8)
     z = wm.encode(views)
@@ -255,3 +257,33 @@ def test_take_decoder_from_a_donor_with_another_decoder_depth(tiny_model):
     with torch.inference_mode():
         assert torch.equal(base.decode(z), donor.decode(z))
     assert all(torch.equal(t, tiny_model.state_dict()[k]) for k, t in base.state_dict().items() if k.startswith("dit."))
+
+
+def test_with_dit_keeps_the_autoencoder_and_starts_a_fresh_dit(tiny_model):
+    import dataclasses
+
+    import torch
+
+    base = tiny_model
+    base.latent_mean.fill_(0.5)
+    base.latent_std.fill_(2.0)
+    base.config.recipe = {"autoencoder_reconstruction_steps": 5, "latent_stats_fitted": True,
+                          "dit_step_forcing_steps": 7,
+                          "stages": [{"stage": "autoencoder", "steps": 5}, {"stage": "dit", "steps": 7}]}
+    wide = dataclasses.replace(base.config.dit, dim=48, num_heads=3)
+    torch.manual_seed(0)
+    new = base.with_dit(wide)
+    assert new.config.dit.dim == 48 and base.config.dit.dim == 32  # the source is untouched
+    old_sd, new_sd = base.state_dict(), new.state_dict()
+    kept = [k for k in old_sd if not k.startswith("dit.")]
+    assert kept and all(torch.equal(old_sd[k], new_sd[k]) for k in kept)
+    assert new_sd["dit.patch_embed.weight"].shape[0] == 48
+    assert new.config.recipe == {"autoencoder_reconstruction_steps": 5, "latent_stats_fitted": True,
+                                 "stages": [{"stage": "autoencoder", "steps": 5}]}
+    views = torch.randint(0, 256, (1, 3, 16, 16, 3), dtype=torch.uint8)
+    assert torch.equal(new.encode(views), base.encode(views))
+    torch.manual_seed(0)
+    again = base.with_dit(wide)
+    assert all(torch.equal(again.state_dict()[k], t) for k, t in new_sd.items())
+    with pytest.raises(ValueError, match="autoencoder makes 4x8x8"):
+        base.with_dit(dataclasses.replace(base.config.dit, latent_size=16))

@@ -79,6 +79,27 @@ def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
     assert any("sample_psnr_per_view" in json.loads(ln) for ln in (tmp_path / "ae" / "metrics.jsonl").read_text().splitlines())
 
 
+def test_autoencoder_from_trains_a_fresh_dit_on_a_kept_autoencoder(tmp_path):
+    """``--autoencoder-from``: a DiT model's autoencoder is kept bit for bit, its DiT and DiT history are not."""
+    ae, df = tmp_path / "ae", tmp_path / "df"
+    train(_cfg(ae, stage="autoencoder", steps=2))
+    train(_cfg(df, objective="diffusion_forcing", steps=3, init_from=str(ae / "model")))
+    with pytest.raises(ValueError, match="needs --stage dit and no --init-from"):
+        train(_cfg(tmp_path / "x", autoencoder_from=str(df / "model"), init_from=str(ae / "model")))
+    with pytest.raises(ValueError, match="needs --stage dit"):
+        train(_cfg(tmp_path / "x", stage="decoder", autoencoder_from=str(df / "model")))
+    fresh = tmp_path / "fresh"
+    train(_cfg(fresh, objective="diffusion_forcing", steps=2, autoencoder_from=str(df / "model")))
+    a, b = WorldModel.from_pretrained(df / "model"), WorldModel.from_pretrained(fresh / "model")
+    sa, sb = a.state_dict(), b.state_dict()
+    kept = [k for k in sa if not k.startswith("dit.")]
+    assert all(torch.equal(sa[k], sb[k]) for k in kept)  # autoencoder and latent stats
+    assert not torch.equal(sa["dit.patch_embed.weight"], sb["dit.patch_embed.weight"])
+    assert b.config.recipe["dit_diffusion_forcing_steps"] == 2  # counted afresh, not 3 + 2
+    assert [s["stage"] for s in b.config.recipe["stages"]] == ["autoencoder", "dit"]
+    assert "continues_from_step" not in b.config.recipe["stages"][-1]
+
+
 def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
     summary = train(_cfg(tmp_path / "t", steps=50, max_minutes=0.0, objective="diffusion_forcing"))
     assert summary["stopped_early"] and summary["step"] == 1
