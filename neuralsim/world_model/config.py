@@ -25,10 +25,12 @@ Presets (``preset(name)``):
   views, and the default's 16x16 latent draws it as a colourless smudge, so no DiT could place it; trained
   from scratch for the same 600 steps, the 32x32 latent reconstructs held-out frames at 28.9 / 29.1 /
   27.5 dB (the 16x16 one: 24.9 / 25.1 / 21.6) and keeps the cubes' colours.  Decoding three views costs
-  ~13 ms more on this CPU.  The DiT is 4 blocks x 256 wide (7.0 M parameters), not the default's 192: a
+  ~13 ms more than the default's full decoder, but 2.3-3x the shipped, pruned one (30 vs 13 ms, two
+  threads; session 24).  The DiT is 4 blocks x 256 wide (7.0 M parameters), not the default's 192: a
   192-wide trunk squeezes each token's 256 latent numbers through ``patch_embed`` and ``final_out``, and
   on the same batches a 256-wide DiT reached a Diffusion Forcing loss of 0.425 at steps 401-500, which the
-  192-wide one had not reached (0.458) after 2,500 (session 23).  It costs ~1.75x the DiT FLOPs per pass.
+  192-wide one had not reached (0.458) after 2,500 (session 23).  It has ~1.75x the DiT FLOPs per pass
+  and takes 1.4-1.5x the time at batch 1 (39.5 vs 27.4 ms per time step, two threads).
 """
 
 from __future__ import annotations
