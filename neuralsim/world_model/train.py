@@ -539,6 +539,9 @@ def train(cfg: TrainConfig) -> dict:
     if world > 1:
         import torch.distributed as dist
 
+        # Rank 0 may still be writing its last checkpoint; a gloo rank that tears its group down while a peer is
+        # busy can abort ("terminate called without an active exception"), so every rank waits here first.
+        dist.barrier()
         dist.destroy_process_group()
     return {"step": step, "last": last, "model": str(out / "model"), "stopped_early": stopped_early}
 
