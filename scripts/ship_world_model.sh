@@ -9,7 +9,11 @@
 # needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.
 # DECODER_FROM takes the decoder from a `--stage decoder` run (WorldModel.take_decoder_from: the two
 # must share the encoder bit for bit).
-# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL, DECODER_FROM.
+# WINDOW is the inference window written into the shipped config (frames a new frame attends to, itself
+# included; what NeuralDROID-v0 and the benchmarks use unless told otherwise): default twice the training
+# clip, which scored better beyond the horizon than the clip length itself (docs/ARCHITECTURE.md, "The
+# inference window"); an integer sets it.
+# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL, DECODER_FROM, WINDOW.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
@@ -21,18 +25,22 @@ export MUJOCO_GL="${MUJOCO_GL:-egl}"
 mkdir -p "$LOGS"
 
 echo "== $(date -u +%FT%TZ) converting $SRC -> $DST (float16)"
-python - "$SRC" "$DST" "${DECODER_FROM:-}" <<'EOF'
+python - "$SRC" "$DST" "${DECODER_FROM:-}" "${WINDOW:-}" <<'EOF'
+import dataclasses
 import sys
 
 import torch
 
 from neuralsim.world_model.model import WorldModel
 
-src, dst, decoder_from = sys.argv[1:]
+src, dst, decoder_from, window = sys.argv[1:]
 model = WorldModel.from_pretrained(src)
 if decoder_from:
     model.take_decoder_from(WorldModel.from_pretrained(decoder_from))
     print(f"decoder from {decoder_from}")
+window = int(window) if window else 2 * model.config.clip_length
+model.config = dataclasses.replace(model.config, window=window)  # re-validated by the config
+print(f"inference window {window} frames (training clip {model.config.clip_length})")
 model.save_pretrained(dst, dtype=torch.float16)
 back = WorldModel.from_pretrained(dst)  # refuses a corrupt or mismatched file
 worst = max((a - b).abs().max().item() for a, b in zip(model.state_dict().values(), back.state_dict().values()))
