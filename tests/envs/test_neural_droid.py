@@ -219,6 +219,23 @@ def test_render_and_episode(tiny_checkpoint):
     assert make(tiny_checkpoint).render() is None
 
 
+def test_the_window_defaults_to_the_checkpoints_own(tiny_checkpoint, tmp_path):
+    """A checkpoint ships its inference window (the shipped model: twice its training clip); the env uses it
+    unless told otherwise, and the shipped model's is at least its clip."""
+    import dataclasses
+
+    from neuralsim.world_model.model import WorldModel
+
+    wm = WorldModel.from_pretrained(tiny_checkpoint)
+    assert make(tiny_checkpoint)._core.state.cache.window == wm.config.window
+    wm.config = dataclasses.replace(wm.config, window=2 * wm.config.clip_length + 1)
+    wm.save_pretrained(tmp_path / "wide")
+    assert make(tmp_path / "wide")._core.state.cache.window == 2 * wm.config.clip_length + 1
+    assert make(tmp_path / "wide", context_window=3)._core.state.cache.window == 3
+    shipped = WorldModel.from_pretrained(ND.DEFAULT_CHECKPOINT)
+    assert shipped.config.window >= shipped.config.clip_length
+
+
 def test_context_window_and_denoising_steps(tiny_checkpoint):
     env = make(tiny_checkpoint, context_window=3, denoising_steps=2)
     assert env._core.state.cache.window == 3 and env._core.schedule == (0.5, 1.0)
