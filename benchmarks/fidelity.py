@@ -449,7 +449,8 @@ def run(cfg: Config) -> dict[str, Any]:
         size = wm.config.autoencoder.image_size
         entry: dict[str, Any] = {"checkpoint": str(ckpt), "label": checkpoint_label(ckpt),
                                  "recipe": wm.config.recipe, "image_size": size,
-                                 "clip_length": wm.config.clip_length, "splits": {}}
+                                 "clip_length": wm.config.clip_length,
+                                 "window": cfg.context_window or wm.config.window, "splits": {}}
         for split, root, n in (("heldout", cfg.data, n_held), ("ood", cfg.ood_data, n_ood)):
             if root is None:
                 continue
