@@ -377,7 +377,7 @@ _COMMON_ARGS = """
             ``"roboworld:openai/gpt-4o"``, ...), None (reward 0), or ``"default"``
             (:data:`DEFAULT_REWARD_FN`, the offline judge once its weights exist).
         context_window: W, frames a new frame attends to (itself included); None = the model's
-            ``config.window`` (the shipped model: 32, twice its 16-frame training clip; 16 is ~12% faster).
+            ``config.window`` (the shipped model: 32, twice its 16-frame training clip; 16 is 7-10% faster).
         denoising_steps: denoising passes per frame; None = the trained S = 4 (see
             :func:`denoising_schedule`).
         device: torch device of the world model (``"cpu"``, ``"cuda"``).

@@ -101,12 +101,6 @@ def test_open_loop_starts_from_the_episode_and_is_seeded(tiny_checkpoint, splits
         assert F.psnr_frames(g, s).min() > 40
 
 
-def load_tiny_window(ckpt) -> int:
-    from neuralsim.world_model.model import WorldModel
-
-    return WorldModel.from_pretrained(ckpt).config.window
-
-
 def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp_path):
     out = tmp_path / "fidelity.json"
     cfg = F.Config(checkpoints=[str(tiny_checkpoint)], data=str(splits["heldout"]), ood_data=str(splits["ood"]),
@@ -115,7 +109,7 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     (entry,) = report["results"]
     assert entry["clip_length"] == 6 and set(entry["splits"]) == {"heldout", "ood"}
-    assert entry["window"] == load_tiny_window(tiny_checkpoint)  # the model's own, recorded
+    assert entry["window"] == WorldModel.from_pretrained(tiny_checkpoint).config.window  # the model's own
     held = entry["splits"]["heldout"]
     assert held["episodes"] == 2 and entry["splits"]["ood"]["episodes"] == 1
     for metric in ("psnr", "ssim", "mse"):
