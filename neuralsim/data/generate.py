@@ -141,7 +141,7 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
     ep = r.episode
     ep.metadata.update(seed=plan.seed, failure=plan.failure, noise=plan.noise)
-    W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth)
+    W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth, frames_format=params.get("frames_format", "mp4"))
     info = r.info
     extra = {} if distribution == "train" else {"distribution": distribution}
     return W.episode_record(
@@ -235,7 +235,7 @@ def summarise(records: list[dict], out: str = "", new_episodes: int = 0, seconds
 def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, failure_share: float = 0.3,
              noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
              max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
-             settle_steps: int = SETTLE_STEPS) -> GenerationSummary:
+             settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4") -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -252,6 +252,9 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         ood: generate in ``SimDROIDEnv(distribution="ood")`` (the out-of-distribution split).
         settle_steps: steps run after the expert is done; ``max_steps`` or more runs every episode to
             the horizon (``--full-horizon``), as an env rollout does.
+        frames_format: ``"mp4"`` or ``"npy"`` (raw frames, no ffmpeg needed; see
+            :func:`neuralsim.data.writer.write_episode`).  Not part of the dataset's identity: the
+            frames are the same renders either way (the mp4s within ~45 dB of them).
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -276,6 +279,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
               "expert": EXPERT_NAME}
     if ood:
         params["distribution"] = "ood"
+    if frames_format not in W.FRAMES_FORMATS:
+        raise ValueError(f"frames_format must be one of {W.FRAMES_FORMATS}, got {frames_format!r}")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     with _exclusive(root):
@@ -285,7 +290,7 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         if done:
             log.info("%s: %d episodes already done, %d to generate", root, len(done & set(range(episodes))), len(todo))
         t0 = time.perf_counter()
-        records += _run_jobs(root, todo, params, workers, progress)
+        records += _run_jobs(root, todo, {**params, "frames_format": frames_format}, workers, progress)
         seconds = time.perf_counter() - t0
         W.write_records(root, records)
         W.update_totals(root, records)

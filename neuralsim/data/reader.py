@@ -240,6 +240,15 @@ def _decoded_views(root: Path, idx: int, image_size: int | None) -> np.ndarray:
     ``root/.frame_cache/<size>/episode_XXXXXX.npy`` and reused while they are newer than the videos.
     """
     videos = [root / VIDEO_PATH.format(video_key=v, episode_index=idx) for v in VIEW_NAMES]
+    raw = [v.with_suffix(".npy") for v in videos]
+    if not any(v.is_file() for v in videos) and all(r.is_file() for r in raw):  # written with frames_format="npy"
+        frames = [np.load(r, allow_pickle=False) for r in raw]
+        side = frames[0].shape[1]
+        if image_size is not None and any(f.shape[1:3] != (image_size, image_size) for f in frames):
+            raise DatasetError(f"episode {idx}: raw frames are {frames[0].shape[1:3]}, asked for {image_size}x{image_size} "
+                               f"(a dataset stored as .npy is read at the size it was written, here {side})")
+        n = min(len(f) for f in frames)
+        return np.stack([f[:n] for f in frames], axis=1)
     cache = root / FRAME_CACHE_DIR / str(image_size or "native") / f"episode_{idx:06d}.npy"
     try:
         if cache.is_file() and cache.stat().st_mtime >= max(v.stat().st_mtime for v in videos):

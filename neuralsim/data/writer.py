@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 CODEBASE_VERSION = "neuralsim/v1"
 DATA_PATH = "data/episode_{episode_index:06d}.parquet"
 VIDEO_PATH = "videos/{video_key}/episode_{episode_index:06d}.mp4"
+#: How a dataset may store its frames: H.264 videos, or raw uint8 arrays beside where the videos would be.
+FRAMES_FORMATS = ("mp4", "npy")
 INFO_PATH = "meta/info.json"
 EPISODES_PATH = "meta/episodes.jsonl"
 #: x264 constant rate factor (0 lossless ... 51 worst) and pixel format; see the module docstring.
@@ -151,7 +153,7 @@ def episode_paths(root: str | Path, episode_index: int) -> dict[str, Path]:
 
 def write_episode(root: str | Path, episode: Episode, episode_index: int, *,
                   extra_columns: Mapping[str, np.ndarray] | None = None,
-                  crf: int = DEFAULT_CRF, pix_fmt: str = DEFAULT_PIX_FMT) -> int:
+                  crf: int = DEFAULT_CRF, pix_fmt: str = DEFAULT_PIX_FMT, frames_format: str = "mp4") -> int:
     """Write one episode's videos and parquet file (not its ``episodes.jsonl`` line); returns its length.
 
     Args:
@@ -160,14 +162,22 @@ def write_episode(root: str | Path, episode: Episode, episode_index: int, *,
         episode_index: index used in the file names and the ``episode_index`` column.
         extra_columns: optional per-frame arrays (length T, 1-D or 2-D) stored as ``ground_truth.<name>``
             columns unless the name already contains a dot.
+        frames_format: ``"mp4"`` (H.264, the default) or ``"npy"``: each view's frames stored raw as
+            ``videos/<view>/episode_XXXXXX.npy`` (lossless, ~12 KB per 64x64 frame, ~15x the mp4), for a
+            machine with no ffmpeg (a lent GPU box); the reader takes either.
     """
+    if frames_format not in FRAMES_FORMATS:
+        raise ValueError(f"frames_format must be one of {FRAMES_FORMATS}, got {frames_format!r}")
     t_len = episode.num_frames
     acts = np.asarray(episode.actions, np.float32).reshape(-1, 8)
     if len(acts) != t_len - 1:
         raise ValueError(f"episode has {t_len} frames but {len(acts)} actions; expected {t_len - 1}")
     paths = episode_paths(root, episode_index)
     for view in VIEW_NAMES:
-        _write_mp4(paths[view], episode.frames[view], episode.fps, crf, pix_fmt)
+        if frames_format == "npy":
+            _write_npy(paths[view].with_suffix(".npy"), episode.frames[view])
+        else:
+            _write_mp4(paths[view], episode.frames[view], episode.fps, crf, pix_fmt)
     _write_parquet(paths["data"], _episode_table(episode, episode_index, acts, extra_columns))
     return t_len
 
@@ -229,6 +239,16 @@ def _write_mp4(path: Path, frames: np.ndarray, fps: float, crf: int, pix_fmt: st
                             ffmpeg_log_level="error", ffmpeg_params=["-crf", str(int(crf)), "-preset", "medium"]) as w:
         for f in frames:
             w.append_data(f)
+    os.replace(tmp, path)
+
+
+def _write_npy(path: Path, frames: np.ndarray) -> None:
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
+        raise ValueError(f"frames must be uint8 (T, H, W, 3), got {frames.dtype} {frames.shape}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.npy")
+    np.save(tmp, np.ascontiguousarray(frames), allow_pickle=False)
     os.replace(tmp, path)
 
 

@@ -190,7 +190,9 @@ class ViewAutoencoder(nn.Module):
         n, v = images.shape[:2]
         x = uint8_to_unit(images.reshape(n * v, *images.shape[2:]))  # (N*V, 3, H, W)
         post = self.vae.encode(x).latent_dist
-        z = post.mean + post.std * torch.randn(post.mean.shape, generator=generator, device=x.device)
+        # drawn where the generator lives (the trainer's are CPU generators), then moved: same noise on any device
+        gdev = generator.device if generator is not None else x.device
+        z = post.mean + post.std * torch.randn(post.mean.shape, generator=generator, device=gdev).to(x.device)
         kl = post.kl().mean() / x[0].numel()
         loss, metrics = self._reconstruction_loss(self.decode_unit(z), x, v, self.config.kl_weight * kl)
         metrics["kl"] = float(kl.detach())

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The fine world-model line from nothing, on one lent GPU, inside a fixed time budget (one lease).
+#   PIPE_MIN=21 bash scripts/gpu/fine_line.sh        # normally started by scripts/gpu/lease.sh start
+# Stages (logs and runs under $RUNS, the dataset under $DATA):
+#   1. SimDROID data, seed 0, $EPISODES episodes, $WORKERS processes, raw .npy frames (no ffmpeg there);
+#   2. the fine autoencoder (32x32x4 latent), batch $AE_BS clips x 2 frames x 3 views;
+#   3. Diffusion Forcing on a fresh 256-wide DiT, batch $BS clips of 16 frames;
+#   4. Step Forcing at a constant rate until the budget's last $COOL_SECS s, then a linear cool-down over
+#      as many steps as fit in them (counted from the run's own median step time);
+#   5. beside 3-4: the decoder pruned to one ResNet per level and trained on the frozen encoder's latents;
+#   6. the cooled DiT + the pruned decoder, written in float16 to $RUNS/final (window: twice the clip).
+# Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY="${PY:-python3}"; DEVICE="${DEVICE:-cuda}"
+RUNS="${RUNS:-runs/gpu}"; DATA="${DATA:-data/simdroid_gpu}"
+EPISODES="${EPISODES:-1200}"; WORKERS="${WORKERS:-16}"
+PIPE_MIN="${PIPE_MIN:-21}"; COOL_SECS="${COOL_SECS:-100}"
+AE_STEPS="${AE_STEPS:-3000}"; AE_MIN="${AE_MIN:-3}"; AE_BS="${AE_BS:-32}"
+DF_STEPS="${DF_STEPS:-2000}"; DF_MIN="${DF_MIN:-3}"
+BS="${BS:-64}"; LR="${LR:-5e-4}"; DEC_STEPS="${DEC_STEPS:-3000}"
+mkdir -p "$RUNS"
+T0=$(date +%s); END=$(( T0 + PIPE_MIN * 60 ))
+log() { echo "== $(date -u +%T) +$(( $(date +%s) - T0 ))s $*"; }
+COMMON=(--device "$DEVICE" --checkpoint-every 250 --sample-every -1 --no-progress)
+
+log "data: $EPISODES episodes -> $DATA"
+$PY -m neuralsim.cli data generate "$DATA" --episodes "$EPISODES" --workers "$WORKERS" --frames-format npy \
+    --no-progress | tail -4
+
+log "autoencoder -> $RUNS/ae"
+$PY -m neuralsim.world_model.train --stage autoencoder --config fine --data "$DATA" --out "$RUNS/ae" \
+    --steps "$AE_STEPS" --decay-steps $(( AE_STEPS / 5 )) --max-minutes "$AE_MIN" --batch-size "$AE_BS" \
+    --frames-per-clip 2 --lr 1e-3 --warmup 50 --ema-decay 0.995 "${COMMON[@]}"
+
+log "Diffusion Forcing -> $RUNS/df"
+$PY -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --init-from "$RUNS/ae/model" \
+    --data "$DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" --batch-size "$BS" --lr "$LR" \
+    --warmup 200 "${COMMON[@]}"
+
+log "decoder stage (pruned) in the background -> $RUNS/dec"
+# from df/model: the same encoder as the DiT's and its fitted latent statistics (take_decoder_from checks both)
+$PY -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/df/model" --decoder-layers-per-block 0 \
+    --data "$DATA" --out "$RUNS/dec" --steps "$DEC_STEPS" --decay-steps $(( DEC_STEPS * 2 / 5 )) \
+    --max-minutes $(( (END - $(date +%s)) / 60 - 1 )) --batch-size 16 --frames-per-clip 4 --lr 3e-4 --warmup 20 \
+    "${COMMON[@]}" > "$RUNS/dec.log" 2>&1 &
+dec=$!
+
+sf_min=$(python3 -c "print(max(1.0, ($END - $COOL_SECS - $(date +%s)) / 60))")
+log "Step Forcing at a constant rate for $sf_min min -> $RUNS/sf"
+SF=(--stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DATA" --out "$RUNS/sf"
+    --batch-size "$BS" --lr "$LR" --warmup 100 "${COMMON[@]}")
+$PY -m neuralsim.world_model.train "${SF[@]}" --steps 10000000 --max-minutes "$sf_min"
+
+read -r from cool < <(python3 - "$RUNS/sf" "$COOL_SECS" <<'EOF'
+import json, statistics, sys
+run, secs = sys.argv[1], float(sys.argv[2])
+step = json.load(open(f"{run}/checkpoint/trainer.json"))["step"]
+times = [json.loads(l)["s_per_step"] for l in open(f"{run}/metrics.jsonl") if '"s_per_step"' in l][-50:]
+print(step, max(50, int(secs / statistics.median(times))))
+EOF
+)
+log "cool-down from step $from over $cool steps"
+$PY -m neuralsim.world_model.train "${SF[@]}" --steps $(( from + cool )) --decay-steps "$cool"
+
+log "waiting for the decoder stage"
+wait "$dec" || log "decoder stage failed (see $RUNS/dec.log); shipping the autoencoder's own decoder"
+$PY - "$RUNS" <<'EOF'
+import dataclasses, sys
+from pathlib import Path
+
+import torch
+
+from neuralsim.world_model.model import WorldModel
+
+runs = Path(sys.argv[1])
+m = WorldModel.from_pretrained(runs / "sf" / "model")
+if (runs / "dec" / "model" / "config.json").is_file():
+    m.take_decoder_from(WorldModel.from_pretrained(runs / "dec" / "model"))
+m.config = dataclasses.replace(m.config, window=2 * m.config.clip_length)
+m.save_pretrained(runs / "final", dtype=torch.float16)
+print("final:", {k: v for k, v in m.config.recipe.items() if k.endswith("_steps")})
+EOF
+log "done: $RUNS/final"
