@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fine world-model line from nothing, on one lent GPU, inside a fixed time budget (one lease).
-#   PIPE_MIN=21 bash scripts/gpu/fine_line.sh        # normally started by scripts/gpu/lease.sh start
+#   PIPE_MIN=8 bash scripts/gpu/fine_line.sh                  # normally run by scripts/gpu/lease.sh
+#   INIT=runs/gpu_fine/model PIPE_MIN=8 bash scripts/gpu/fine_line.sh   # more Step Forcing on a fine model
 # Stages (logs and runs under $RUNS, the dataset under $DATA):
 #   1. SimDROID data, seed 0, $EPISODES episodes, $WORKERS processes, raw .npy frames (no ffmpeg there);
 #   2. the fine autoencoder (32x32x4 latent), batch $AE_BS clips x 2 frames x 3 views;
@@ -28,6 +29,11 @@ log "data: $EPISODES episodes -> $DATA"
 $PY -m neuralsim.cli data generate "$DATA" --episodes "$EPISODES" --workers "$WORKERS" --frames-format npy \
     --no-progress | tail -4
 
+if [ -n "${INIT:-}" ]; then  # continue a fine model (e.g. the last call's snapshot): Step Forcing only
+  mkdir -p "$RUNS/df" && rm -rf "$RUNS/df/model" && cp -r "$INIT" "$RUNS/df/model"
+  log "continuing $INIT: Step Forcing only (its own decoder is kept unless DEC_STEPS > 0)"
+  [ "$DEC_STEPS" = 0 ] || log "the decoder stage runs beside it"
+else
 log "autoencoder -> $RUNS/ae"
 $PY -m neuralsim.world_model.train --stage autoencoder --config fine --data "$DATA" --out "$RUNS/ae" \
     --steps "$AE_STEPS" --decay-steps $(( AE_STEPS / 5 )) --max-minutes "$AE_MIN" --batch-size "$AE_BS" \
@@ -37,7 +43,10 @@ log "Diffusion Forcing -> $RUNS/df"
 $PY -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --init-from "$RUNS/ae/model" \
     --data "$DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" --batch-size "$BS" --lr "$LR" \
     --warmup 200 "${COMMON[@]}"
+fi
 
+dec=""
+if [ "$DEC_STEPS" != 0 ]; then
 log "decoder stage (pruned) in the background -> $RUNS/dec"
 # from df/model: the same encoder as the DiT's and its fitted latent statistics (take_decoder_from checks both)
 $PY -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/df/model" --decoder-layers-per-block 0 \
@@ -45,6 +54,7 @@ $PY -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/df/model" 
     --max-minutes $(( (END - $(date +%s)) / 60 - 1 )) --batch-size 16 --frames-per-clip 4 --lr 3e-4 --warmup 20 \
     "${COMMON[@]}" > "$RUNS/dec.log" 2>&1 &
 dec=$!
+fi
 
 sf_min=$(python3 -c "print(max(1.0, ($END - $COOL_SECS - $(date +%s)) / 60))")
 log "Step Forcing at a constant rate for $sf_min min -> $RUNS/sf"
@@ -64,7 +74,7 @@ log "cool-down from step $from over $cool steps"
 $PY -m neuralsim.world_model.train "${SF[@]}" --steps $(( from + cool )) --decay-steps "$cool"
 
 log "waiting for the decoder stage"
-wait "$dec" || log "decoder stage failed (see $RUNS/dec.log); shipping the autoencoder's own decoder"
+[ -z "$dec" ] || wait "$dec" || log "decoder stage failed (see $RUNS/dec.log); shipping the autoencoder's own decoder"
 $PY - "$RUNS" <<'EOF'
 import dataclasses, sys
 from pathlib import Path
@@ -75,7 +85,8 @@ from neuralsim.world_model.model import WorldModel
 
 runs = Path(sys.argv[1])
 m = WorldModel.from_pretrained(runs / "sf" / "model")
-if (runs / "dec" / "model" / "config.json").is_file():
+if (runs / "dec" / "model" / "config.json").is_file() and (runs / "dec" / "model").stat().st_mtime >= \
+        (runs / "df" / "model").stat().st_mtime:  # a decoder run of this pipeline, not a stale one
     m.take_decoder_from(WorldModel.from_pretrained(runs / "dec" / "model"))
 m.config = dataclasses.replace(m.config, window=2 * m.config.clip_length)
 m.save_pretrained(runs / "final", dtype=torch.float16)

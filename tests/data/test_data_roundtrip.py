@@ -262,3 +262,28 @@ def test_full_horizon_runs_past_the_experts_finish():
     np.testing.assert_array_equal(full.episode.joint_position[: short.steps + 1], short.episode.joint_position)
     with pytest.raises(ValueError, match="settle_steps"):
         generate("unused_dir", 1, settle_steps=-1, progress=False)
+
+
+def test_npy_frames_are_lossless_and_read_like_the_videos(dataset, tmp_path):
+    """``frames_format="npy"`` (no ffmpeg needed) stores the renders bit for bit; the reader takes either format."""
+    from neuralsim.data.writer import FRAMES_FORMATS
+
+    root = tmp_path / "raw"
+    generate(root, 2, frames_format="npy", **PARAMS)
+    assert not list(root.glob("videos/*/*.mp4")) and len(list(root.glob("videos/*/*.npy"))) == 2 * len(VIEW_NAMES)
+    for i in (0, 1):
+        raw, mp4 = read_episode(root, i), read_episode(dataset, i)
+        np.testing.assert_array_equal(raw.actions, mp4.actions)
+        for view in VIEW_NAMES:
+            assert raw.frames[view].shape == mp4.frames[view].shape and raw.frames[view].dtype == np.uint8
+            assert 38.0 < psnr(raw.frames[view], mp4.frames[view]) < 100.0, view  # the mp4s are the lossy copy
+    # clips come out the same way as from a video dataset
+    a, b = ClipDataset(root, clip_length=8), ClipDataset(dataset, clip_length=8)
+    assert 0 < len(a) <= len(b) and a.windows == b.windows[:len(a)]  # (other tests extend the shared dataset)
+    np.testing.assert_array_equal(a[1]["cartesian_position"], b[1]["cartesian_position"])
+    assert a[1]["frames"].shape == b[1]["frames"].shape
+    with pytest.raises(DatasetError, match="read at the size it was written"):
+        read_episode(root, 0, image_size=32)
+    with pytest.raises(ValueError, match="frames_format"):
+        generate(tmp_path / "bad", 1, frames_format="png", **PARAMS)
+    assert FRAMES_FORMATS == ("mp4", "npy")
