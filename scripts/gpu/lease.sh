@@ -10,7 +10,7 @@
 # The machine has PyTorch but not MuJoCo, gymnasium or diffusers and reaches no registry: their wheels travel
 # in .whl/ (python 3.12, manylinux x86_64), the EGL loader's .debs in .gl/, and the Panda meshes SimDROID
 # renders in .devsite/gymnasium_robotics/ (the meshes alone, not the 26 MB wheel); name all three in `carry`
-# (and INIT's directory). SMOKE=1 first runs every training stage for two steps on CUDA (~50 s).
+# (and INIT's directory); `bash scripts/gpu/prepare.sh` fills all three here. SMOKE=1 first runs every training stage for two steps on CUDA (~50 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/out}"; RUNS="${RUNS:-runs/gpu}"; PIPE_MIN="${PIPE_MIN:-7}"; mkdir -p "$OUT" "$RUNS"
