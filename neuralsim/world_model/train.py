@@ -17,13 +17,13 @@ Every stage writes into ``--out``:
 * ``metrics.jsonl`` -- one JSON line per logged step; ``samples/*.mp4`` -- GT | generated collages.
 
 Re-running the same command resumes from ``checkpoint/`` (``--no-resume`` starts over).  Batches and
-noise are drawn from generators seeded by (seed, step, rank), so a resumed run continues the very same
-loss curve.  ``--max-minutes`` stops cleanly with a checkpoint.  On CUDA the loss runs under bf16
+noise are drawn from generators seeded by (seed, step, rank) (the noise from one on the training device),
+so a resumed run continues the very same loss curve on the same device.  ``--max-minutes`` stops cleanly with a checkpoint.  On CUDA the loss runs under bf16
 autocast; under ``torchrun`` (WORLD_SIZE > 1) the trained module is wrapped in DDP and rank 0 writes.
 
 The DiT stage trains on frozen-autoencoder latents: on a dataset root it first encodes every episode
 once into ``<data>/.latent_cache`` (:mod:`neuralsim.world_model.latents`; ~5 ms per view, reused by
-every later DiT run with the same autoencoder).
+every later DiT run with the same autoencoder) and keeps them all on the training device.
 
 The optional ``decoder`` stage trains only the autoencoder's decoder (and its post-quantisation conv)
 on the stored latents, with the encoder -- hence the latent space the DiT was trained in -- frozen:
