@@ -184,7 +184,8 @@ class ViewAutoencoder(nn.Module):
     def loss(self, images: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
         """Training loss on uint8 images (N, V, H, W, 3): MSE + L1 + kl_weight * KL; PSNR per view.
 
-        Returns (loss, metrics) where metrics["psnr_view{v}"] is the mean reconstruction PSNR of view v.
+        Returns (loss, metrics) where metrics["psnr_view{v}"] is the mean reconstruction PSNR of view v;
+        metric values are detached 0-dim tensors (``float()`` them; the trainer reads them when it logs).
         """
         self._check(images)
         n, v = images.shape[:2]
@@ -195,7 +196,7 @@ class ViewAutoencoder(nn.Module):
         z = post.mean + post.std * torch.randn(post.mean.shape, generator=generator, device=gdev).to(x.device)
         kl = post.kl().mean() / x[0].numel()
         loss, metrics = self._reconstruction_loss(self.decode_unit(z), x, v, self.config.kl_weight * kl)
-        metrics["kl"] = float(kl.detach())
+        metrics["kl"] = kl.detach()
         return loss, metrics
 
     def decoder_loss(self, latents: torch.Tensor, images: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -218,7 +219,7 @@ class ViewAutoencoder(nn.Module):
         with torch.no_grad():
             per_view = (-1, v, *x.shape[1:])
             p = psnr(rec.clamp(-1, 1).reshape(per_view), x.reshape(per_view), dims=(2, 3, 4))
-        metrics = {"loss": float(loss.detach()), "mse": float(mse.detach())}
+        metrics = {"loss": loss.detach(), "mse": mse.detach()}
         for i in range(v):
-            metrics[f"psnr_view{i}"] = float(p[:, i].mean())
+            metrics[f"psnr_view{i}"] = p[:, i].mean()
         return loss, metrics

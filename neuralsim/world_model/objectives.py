@@ -5,7 +5,9 @@ frame (noise level 0, never noised, not in the loss); frames 1..T-1 (N = T - 1 o
 ``cond`` (B, T, 7) is the per-frame conditioning vector (a^i in the paper).  Rectified flow:
 ``x_t = t * eps + (1 - t) * x``, the network predicts ``v = eps - x``.  ``||.||^2`` of the paper is
 taken as a mean over elements (a constant factor).  Random numbers are drawn from ``generator`` in a
-fixed order documented per objective, so fixed seeds give fixed losses.
+fixed order documented per objective, so fixed seeds give fixed losses.  Each objective returns
+``(loss, metrics)``; the metrics are detached 0-dim tensors on the loss's device, read by the trainer
+only when it writes a log line (a read makes the host wait for a GPU).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
     x_t = _noisy(x[:, 1:], eps, t)
     v = model(_with_context(x[:, :1], x_t), _t_with_context(t), cond)[:, 1:]
     loss = (v.float() - (eps - x[:, 1:])).pow(2).mean()
-    return loss, {"loss": float(loss.detach())}
+    return loss, {"loss": loss.detach()}
 
 
 def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
@@ -93,7 +95,7 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
     v2 = model(_with_context(x[:, :1], x_prior), _t_with_context(t_prior), cond)[:, 1:]
     x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
     loss = (x[:, 1:] - x_hat).pow(2).mean()
-    return loss, {"loss": float(loss.detach()), "anchor_frac": float(anchor.float().mean())}
+    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean()}
 
 
 def _gdev(generator: torch.Generator | None) -> torch.device:

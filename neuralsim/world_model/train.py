@@ -484,6 +484,13 @@ def train(cfg: TrainConfig) -> dict:
     step = start_step
     stopped_early = False
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    # On a CPU every step checks its loss before the update. On a GPU nothing in a step reads a value back
+    # (a read waits for the GPU and leaves it idle while the host assembles the next batch): the metrics stay
+    # tensors until a log line, and a non-finite loss is remembered on the device and raised at the next log
+    # or checkpoint, before anything is written, so no checkpoint on disk ever holds the bad weights.
+    check_every_step = _checks_every_step(device)
+    first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first step with a non-finite loss, or -1
+    t_log, step_log = time.time(), start_step
     while step < cfg.steps:
         t0 = time.time()
         gen = _step_generator(cfg.seed, step, rank)
@@ -505,8 +512,11 @@ def train(cfg: TrainConfig) -> dict:
                 z, cond = memo.get(idx, device)
                 x = model.normalise(z)
                 loss, metrics = loss_fn(run_module, x, cond, wm_cfg.schedule, generator=noise_gen, **loss_kwargs)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss {float(loss)} at step {step}")
+        if check_every_step:
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {float(loss.detach())} at step {step}")
+        else:
+            first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.grad_clip)
@@ -515,18 +525,28 @@ def train(cfg: TrainConfig) -> dict:
         decay = min(cfg.ema_decay, (1 + step) / (10 + step))
         with torch.no_grad():  # one fused update of every EMA tensor, not a kernel per parameter
             torch._foreach_lerp_([ema[k] for k in params], [p.detach() for p in params.values()], 1 - decay)
-        last = {"step": step, **metrics, "grad_norm": float(gnorm), "lr": lr, "s_per_step": time.time() - t0}
         bar.update(1)
-        bar.set_postfix(loss=f"{metrics['loss'] if 'loss' in metrics else float(loss):.4f}")
-        if is_main and (step % cfg.log_every == 0 or step == cfg.steps):
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(last) + "\n")
         out_of_time = cfg.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.max_minutes
         if world > 1 and cfg.max_minutes is not None:  # every rank stops at the same step, or the rest hang in DDP
             flag = torch.tensor([float(out_of_time)], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             out_of_time = bool(flag.item())
-        if is_main and (step % cfg.checkpoint_every == 0 or step == cfg.steps or out_of_time):
+        log_now = step % cfg.log_every == 0 or step == cfg.steps or out_of_time
+        save_now = is_main and (step % cfg.checkpoint_every == 0 or step == cfg.steps or out_of_time)
+        if log_now or save_now:  # the only place a step waits for the device
+            if not check_every_step and int(first_bad) >= 0:
+                raise FloatingPointError(f"non-finite loss at step {int(first_bad)}; the last checkpoint in {out} "
+                                         "is from before it")
+            values = _scalars({**metrics, "grad_norm": gnorm})
+            now = time.time()
+            s_per_step = (now - t_log) / (step - step_log) if step > step_log else now - t0
+            last = {"step": step, **values, "lr": lr, "s_per_step": s_per_step}
+            t_log, step_log = now, step
+            bar.set_postfix(loss=f"{values['loss'] if 'loss' in values else float(loss.detach()):.4f}")
+            if is_main and log_now:
+                with metrics_path.open("a") as f:
+                    f.write(json.dumps(last) + "\n")
+        if save_now:
             recipe_now = {**recipe, count_key: prior_steps + step}
             save_checkpoint(out, model, ema, opt, step, cfg, recipe_now)
         if is_main and cfg.sample_every > 0 and step % cfg.sample_every == 0 and step != cfg.steps:
@@ -548,6 +568,22 @@ def train(cfg: TrainConfig) -> dict:
         dist.barrier()
         dist.destroy_process_group()
     return {"step": step, "last": last, "model": str(out / "model"), "stopped_early": stopped_early}
+
+
+def _checks_every_step(device) -> bool:
+    """Whether each step reads its loss back before the update (on a CPU a read costs nothing)."""
+    return device.type == "cpu"
+
+
+def _scalars(metrics: dict) -> dict:
+    """Metric values (floats or 0-dim tensors, possibly on a GPU) as floats, with one device read."""
+    import torch
+
+    keys = [k for k, v in metrics.items() if isinstance(v, torch.Tensor)]
+    out = {k: float(v) for k, v in metrics.items() if k not in keys}
+    if keys:
+        out.update(zip(keys, torch.stack([metrics[k].detach().float().reshape(()) for k in keys]).cpu().tolist()))
+    return {k: out[k] for k in metrics}
 
 
 class _null:

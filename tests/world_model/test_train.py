@@ -201,3 +201,35 @@ def test_torchrun_ddp_averages_gradients_over_ranks_and_stops_together(tmp_path)
     trainer = json.loads((timed / "checkpoint" / "trainer.json").read_text())
     assert 1 <= trainer["step"] < 100000
     assert _losses(timed)[-1][0] == trainer["step"]
+
+
+@pytest.mark.parametrize("every_step", [True, False], ids=["cpu_checks_each_step", "gpu_style_deferred_check"])
+def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, every_step):
+    # The GPU path (no read-back inside a step) is exercised on the CPU by switching the per-step check off.
+    from neuralsim.world_model import objectives
+
+    real = objectives.get_objective
+    calls = []
+
+    def poisoned(name):
+        fn, kw = real(name)
+
+        def loss_fn(*a, **k):
+            loss, metrics = fn(*a, **k)
+            calls.append(1)
+            return (loss * float("nan"), metrics) if len(calls) == 5 else (loss, metrics)  # the step with index 4
+
+        return loss_fn, kw
+
+    monkeypatch.setattr(objectives, "get_objective", poisoned)
+    monkeypatch.setattr(train_mod, "_checks_every_step", lambda device: every_step)
+    out = tmp_path / "run"
+    with pytest.raises(FloatingPointError, match="non-finite loss.* at step 4"):
+        train(_cfg(out, steps=9, log_every=3, checkpoint_every=3))
+    # the deferred check fires at step 6's log line and checkpoint, before either is written; the per-step one
+    # before the bad update
+    assert len(calls) == (5 if every_step else 6)
+    assert json.loads((out / "checkpoint" / "trainer.json").read_text())["step"] == 3
+    model = WorldModel.from_pretrained(out / "model")
+    assert all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
+    assert [s for s, _ in _losses(out)] == [3]  # nothing is logged from the bad step on
