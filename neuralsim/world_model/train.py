@@ -494,7 +494,6 @@ def train(cfg: TrainConfig) -> dict:
     first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first step with a non-finite loss, or -1
     t_log, step_log = time.time(), start_step
     while step < cfg.steps:
-        t0 = time.time()
         gen = _step_generator(cfg.seed, step, rank)
         noise_gen = gen if device.type == "cpu" else _step_generator(cfg.seed, step, rank, device)
         idx = torch.randint(len(dataset), (cfg.batch_size,), generator=gen).tolist()
@@ -541,8 +540,7 @@ def train(cfg: TrainConfig) -> dict:
                                          "is from before it")
             values = _scalars({**metrics, "grad_norm": gnorm})
             now = time.time()
-            s_per_step = (now - t_log) / (step - step_log) if step > step_log else now - t0
-            last = {"step": step, **values, "lr": lr, "s_per_step": s_per_step}
+            last = {"step": step, **values, "lr": lr, "s_per_step": (now - t_log) / (step - step_log)}
             t_log, step_log = now, step
             bar.set_postfix(loss=f"{values['loss'] if 'loss' in values else float(loss.detach()):.4f}")
             if is_main and log_now:
