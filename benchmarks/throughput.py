@@ -131,7 +131,8 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0, repeats: int
     }
 
 
-def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 0, repeats: int = 3) -> dict:
+def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 0, repeats: int = 3,
+                denoising_steps: int | None = None) -> dict:
     """``env.step`` calls per second (and env steps per second) of NeuralDROID-v0 with ``num_envs`` rows."""
     import gymnasium as gym
     import numpy as np
@@ -140,10 +141,11 @@ def measure_env(checkpoint, num_envs: int, steps: int, warmup: int, seed: int = 
     from neuralsim.envs.neural_droid import NeuralDROIDEnv
 
     if num_envs == 1:
-        env = NeuralDROIDEnv(checkpoint=checkpoint, reward_fn=None, max_episode_steps=None)
+        env = NeuralDROIDEnv(checkpoint=checkpoint, reward_fn=None, max_episode_steps=None,
+                             denoising_steps=denoising_steps)
     else:
         env = gym.make_vec("NeuralDROID-v0", num_envs=num_envs, checkpoint=checkpoint, reward_fn=None,
-                           max_episode_steps=None)
+                           max_episode_steps=None, denoising_steps=denoising_steps)
     rng = np.random.default_rng(seed)
     shape = (8,) if num_envs == 1 else (num_envs, 8)
     v = np.zeros(shape, np.float32)
@@ -176,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
     p.add_argument("--steps", type=int, default=60, help="timed time steps per batch size")
     p.add_argument("--window", type=int, default=None)
+    p.add_argument("--denoising-steps", dest="denoising_steps", type=int, default=None,
+                   help="denoising passes per frame, 1..S on the trained levels (default: the model's S)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="torch thread counts to time, each in turn (default 1 2; 0 = torch's default). Time on an "
                         "idle machine: with 2 threads, small-batch inference collapses when another process holds a "
@@ -207,6 +211,16 @@ def main(argv: list[str] | None = None) -> int:
             for prm in wm.dit.parameters():
                 prm.normal_(0, 0.02)
     window = args.window or wm.config.window
+    if args.denoising_steps is not None:
+        import dataclasses
+
+        from neuralsim.envs.neural_droid import denoising_schedule
+
+        try:
+            schedule = denoising_schedule(wm.config.schedule, args.denoising_steps)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        wm.config = dataclasses.replace(wm.config, schedule=schedule)
     steps = 10 if args.quick else args.steps
     repeats = 1 if args.quick else args.repeats
     if steps < 1 or repeats < 1:
@@ -223,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"speedup x{r['cache_speedup']:.1f}, cache {r['cache_memory_mb']:.2f} MiB{_steal_note(r)}")
         if args.env:
             for n in sorted({1, *args.batch_sizes}):
-                r = {"threads": n_threads, **measure_env(args.model, n, steps, warmup=window, repeats=repeats)}
+                r = {"threads": n_threads, **measure_env(args.model, n, steps, warmup=window, repeats=repeats,
+                                                            denoising_steps=args.denoising_steps)}
                 env_results.append(r)
                 print(f"{n_threads} thread(s), NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s = "
                       f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call){_steal_note(r)}")
@@ -233,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "autoencoder_params": sum(q.numel() for q in wm.autoencoder.parameters()),
         "tokens_per_frame": wm.config.dit.tokens_per_frame,
         "denoising_steps": wm.config.num_steps,
+        "schedule": list(wm.config.schedule),
         "threads": sorted({r["threads"] for r in results}),
         "cpu_count": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),

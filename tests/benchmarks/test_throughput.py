@@ -54,3 +54,24 @@ def test_throughput_run_writes_rows_for_each_thread_count_and_batch(tiny_checkpo
         assert r["env_steps_per_s"] == pytest.approx(r["num_envs"] * r["step_calls_per_s"])
     with pytest.raises(SystemExit, match="--repeats"):
         TP.main(["--model", str(tiny_checkpoint), "--repeats", "0", "--threads", "1", "--out", str(out)])
+
+
+def test_throughput_times_fewer_denoising_passes_on_the_trained_levels(tiny_checkpoint, tmp_path, monkeypatch):
+    from neuralsim.world_model.model import WorldModel
+
+    out = tmp_path / "tp.json"
+    schedules = []
+    real_generate = WorldModel.generate
+
+    def spy(self, state, noise, cond, rows=None, schedule=None):
+        schedules.append(tuple(self.config.schedule if schedule is None else schedule))
+        return real_generate(self, state, noise, cond, rows=rows, schedule=schedule)
+
+    monkeypatch.setattr(WorldModel, "generate", spy)
+    assert TP.main(["--model", str(tiny_checkpoint), "--batch-sizes", "1", "--steps", "1", "--repeats", "1",
+                    "--threads", "1", "--env", "--denoising-steps", "2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["denoising_steps"] == 2 and res["schedule"] == [0.5, 1.0]
+    assert schedules and set(schedules) == {(0.5, 1.0)}  # the model's own steps and env.step's
+    with pytest.raises(SystemExit, match="more than the 4 noise levels"):
+        TP.main(["--model", str(tiny_checkpoint), "--denoising-steps", "5", "--threads", "1", "--out", str(out)])

@@ -240,11 +240,15 @@ def test_context_window_and_denoising_steps(tiny_checkpoint):
     env = make(tiny_checkpoint, context_window=3, denoising_steps=2)
     assert env._core.state.cache.window == 3 and env._core.schedule == (0.5, 1.0)
     assert ND.denoising_schedule((0.25, 0.5, 0.75, 1.0), 1) == (1.0,)
-    assert ND.denoising_schedule((0.25, 0.5, 0.75, 1.0), 3) == pytest.approx((1 / 3, 2 / 3, 1.0))
+    assert ND.denoising_schedule((0.25, 0.5, 0.75, 1.0), 3) == (0.25, 0.5, 1.0)  # trained levels only
+    assert ND.denoising_schedule((0.25, 0.5, 0.75, 1.0), 4) == (0.25, 0.5, 0.75, 1.0)
+    assert ND.denoising_schedule((0.1, 0.2, 0.4, 0.6, 0.8, 1.0), 4) == (0.1, 0.4, 0.6, 1.0)
+    with pytest.raises(ValueError, match="more than the 4 noise levels"):
+        ND.denoising_schedule((0.25, 0.5, 0.75, 1.0), 5)
     env.reset(seed=0)
     for a in actions(5):
         env.step(a)
-    for bad in ({"context_window": 1}, {"denoising_steps": 0}, {"image_size": 8}, {"action_mode": "torque"},
+    for bad in ({"context_window": 1}, {"denoising_steps": 0}, {"denoising_steps": 5}, {"image_size": 8}, {"action_mode": "torque"},
                 {"max_episode_steps": 0}, {"render_mode": "human"}):
         with pytest.raises(ValueError):
             make(tiny_checkpoint, **bad)
