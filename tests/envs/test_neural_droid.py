@@ -248,8 +248,8 @@ def test_context_window_and_denoising_steps(tiny_checkpoint):
     env.reset(seed=0)
     for a in actions(5):
         env.step(a)
-    for bad in ({"context_window": 1}, {"denoising_steps": 0}, {"denoising_steps": 5}, {"image_size": 8}, {"action_mode": "torque"},
-                {"max_episode_steps": 0}, {"render_mode": "human"}):
+    for bad in ({"context_window": 1}, {"denoising_steps": 0}, {"denoising_steps": 5}, {"image_size": 8},
+                {"action_mode": "torque"}, {"max_episode_steps": 0}, {"render_mode": "human"}):
         with pytest.raises(ValueError):
             make(tiny_checkpoint, **bad)
 
