@@ -11,6 +11,7 @@
 #   4. with DEC_STEPS > 0, that many decoder-stage steps on the cooled model with INIT's decoder
 #      (RUNS/dec_more; the last 40% decaying): sharper frames through a better decoder, the DiT untouched
 #      (docs/FIDELITY.md, the ceiling).
+# COMPILE=1 runs the DiT stage under torch.compile (--compile; minutes of compilation per phase first).
 # The model to evaluate and ship is RUNS/sf_more_cool/model, or RUNS/dec_more/model with DEC_STEPS
 # (scripts/ship_world_model.sh); its recipe counts each stage's steps over the model's whole history.
 set -euo pipefail
@@ -24,7 +25,7 @@ INIT="${INIT:-neuralsim/assets/world_model}"
 SF_MIN="${SF_MIN:-60}"; COOL_STEPS="${COOL_STEPS:-500}"; LR="${LR:-3e-4}"; DEC_STEPS="${DEC_STEPS:-0}"
 THREADS="${THREADS:-2}"
 RUN=(--data "$DATA" --lr "$LR" --warmup 20 --checkpoint-every 50 --sample-every -1 --num-threads "$THREADS" --no-progress)
-COMMON=(--stage dit --objective step_forcing --init-from "$INIT" "${RUN[@]}")
+COMMON=(--stage dit --objective step_forcing --init-from "$INIT" "${RUN[@]}" ${COMPILE:+--compile})
 
 echo "== $(date -u +%FT%TZ) data: $EPISODES SimDROID episodes -> $DATA"
 python -c "

@@ -11,6 +11,8 @@
 #   5. beside 3-4: the decoder pruned to one ResNet per level and trained on the frozen encoder's latents;
 #   6. the cooled DiT + the pruned decoder, written in float16 to $RUNS/final (window: twice the clip).
 # Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
+# COMPILE=1 runs the DiT stages under torch.compile (--compile; untried on a GPU so far: compare the logged
+# s_per_step with an earlier call's before keeping it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY="${PY:-python3}"; DEVICE="${DEVICE:-cuda}"
@@ -24,6 +26,7 @@ mkdir -p "$RUNS"
 T0=$(date +%s); END=$(( T0 + PIPE_MIN * 60 ))
 log() { echo "== $(date -u +%T) +$(( $(date +%s) - T0 ))s $*"; }
 COMMON=(--device "$DEVICE" --checkpoint-every 250 --sample-every -1 --no-progress)
+DIT_EXTRA=(); [ -z "${COMPILE:-}" ] || DIT_EXTRA=(--compile)
 
 log "data: $EPISODES episodes -> $DATA"
 $PY -m neuralsim.cli data generate "$DATA" --episodes "$EPISODES" --workers "$WORKERS" --frames-format npy \
@@ -42,7 +45,7 @@ $PY -m neuralsim.world_model.train --stage autoencoder --config fine --data "$DA
 log "Diffusion Forcing -> $RUNS/df"
 $PY -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --init-from "$RUNS/ae/model" \
     --data "$DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" --batch-size "$BS" --lr "$LR" \
-    --warmup 200 "${COMMON[@]}"
+    --warmup 200 "${COMMON[@]}" "${DIT_EXTRA[@]}"
 fi
 
 dec=""
@@ -59,7 +62,7 @@ fi
 sf_min=$(python3 -c "print(max(1.0, ($END - $COOL_SECS - $(date +%s)) / 60))")
 log "Step Forcing at a constant rate for $sf_min min -> $RUNS/sf"
 SF=(--stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DATA" --out "$RUNS/sf"
-    --batch-size "$BS" --lr "$LR" --warmup 100 "${COMMON[@]}")
+    --batch-size "$BS" --lr "$LR" --warmup 100 "${COMMON[@]}" "${DIT_EXTRA[@]}")
 $PY -m neuralsim.world_model.train "${SF[@]}" --steps 10000000 --max-minutes "$sf_min"
 
 read -r from cool < <(python3 - "$RUNS/sf" "$COOL_SECS" <<'EOF'

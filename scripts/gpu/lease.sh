@@ -11,6 +11,10 @@
 # in .whl/ (python 3.12, manylinux x86_64), the EGL loader's .debs in .gl/, and the Panda meshes SimDROID
 # renders in .devsite/gymnasium_robotics/ (the meshes alone, not the 26 MB wheel); name all three in `carry`
 # (and INIT's directory); `bash scripts/gpu/prepare.sh` fills all three here. SMOKE=1 first runs every training stage for two steps on CUDA (~50 s).
+# COMPILE=1 trains the DiT under torch.compile (scripts/gpu/fine_line.sh; with SMOKE=1 the smoke test's Step
+# Forcing compiles too). SPEED=1 first times the fine DiT's training step at batch $BS, eager and compiled, with a
+# profile (benchmarks/train_speed.py, ~2 min; the JSON, with each mode's top ops, in $OUT); COMPILE=auto does that and then
+# compiles only if it was >10% faster. Take those minutes out of PIPE_MIN.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/out}"; RUNS="${RUNS:-runs/gpu}"; PIPE_MIN="${PIPE_MIN:-7}"; mkdir -p "$OUT" "$RUNS"
@@ -28,11 +32,24 @@ if [ -n "${SMOKE:-}" ]; then
   && python3 -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --init-from /tmp/smoke/ae/model \
        --out /tmp/smoke/df "${sm[@]}" \
   && python3 -m neuralsim.world_model.train --stage dit --objective step_forcing --init-from /tmp/smoke/df/model \
-       --out /tmp/smoke/sf "${sm[@]}" \
+       --out /tmp/smoke/sf "${sm[@]}" ${COMPILE:+--compile} \
   && python3 -m neuralsim.world_model.train --stage decoder --init-from /tmp/smoke/df/model \
        --decoder-layers-per-block 0 --out /tmp/smoke/dec "${sm[@]}" \
   || { echo "SMOKE TEST FAILED"; exit 1; }
   echo "smoke test passed: every stage ran on cuda"
+fi
+
+if [ -n "${SPEED:-}" ] || [ "${COMPILE:-}" = auto ]; then
+  timeout 300 python3 -m benchmarks.train_speed --config fine --batch-size "${BS:-64}" --device cuda --warmup 3 \
+    --steps 10 --repeats 3 --profile --out "$OUT/train_speed.json" > "$RUNS/train_speed.log" 2>&1
+  echo "train_speed exit $?"; tail -5 "$RUNS/train_speed.log"
+  if [ "${COMPILE:-}" = auto ]; then
+    COMPILE=$(python3 -c "
+import json, sys
+r = {x['mode']: x['s_per_step'] for x in json.load(open(sys.argv[1]))['rows'] if 's_per_step' in x}
+print(1 if r.get('compile', 1e9) < 0.9 * r['eager'] else '')" "$OUT/train_speed.json" 2>/dev/null || true)
+    export COMPILE; echo "COMPILE=auto -> '${COMPILE}'"
+  fi
 fi
 
 # the pipeline's own budget plus a minute's grace; whatever it has by then is brought back

@@ -61,6 +61,23 @@ def test_more_of_a_stage_continues_its_step_count(tmp_path):
     assert [s["objective"] for s in wm.config.recipe["stages"]][-2:] == ["step_forcing", "step_forcing"]
 
 
+def test_compiled_run_matches_eager_and_resumes_without_compile(tmp_path):
+    """--compile changes the kernels, not the training: the losses follow the eager run's to float rounding,
+    and its checkpoint (the plain module's weights) resumes in an eager run."""
+    eager, compiled = tmp_path / "eager", tmp_path / "compiled"
+    train(_cfg(eager, steps=4))
+    train(_cfg(compiled, steps=3, compile=True))
+    train(_cfg(compiled, steps=4))  # resumes compiled/checkpoint without compiling
+    got, want = _losses(compiled), _losses(eager)
+    assert [s for s, _ in got] == [s for s, _ in want] == [1, 2, 3, 4]
+    assert got[0][1] != 0.0
+    assert [loss for _, loss in got] == pytest.approx([loss for _, loss in want], rel=1e-3)
+    a, b = WorldModel.from_pretrained(eager / "model"), WorldModel.from_pretrained(compiled / "model")
+    assert a.state_dict().keys() == b.state_dict().keys()  # no "_orig_mod." prefixes from the compiled wrapper
+    for k, x in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[k], x, rtol=1e-3, atol=1e-4, msg=k)
+
+
 def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
     parser = argparse.ArgumentParser()
     train_mod.configure_parser(parser)
