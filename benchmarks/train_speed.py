@@ -122,6 +122,7 @@ def time_mode(mode: str, args, device) -> dict:
 def profile_block(step, steps: int, device, top: int = 12) -> dict:
     """One block of ``steps`` steps under ``torch.profiler``: wall and busy time, and the top ops by self time."""
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -138,7 +139,8 @@ def profile_block(step, steps: int, device, top: int = 12) -> dict:
         return (getattr(e, "self_device_time_total", 0) or 0) if on_dev else e.self_cpu_time_total
 
     ranked = sorted(events, key=self_us, reverse=True)[:top]
-    busy = sum(self_us(e) for e in events) / 1e6
+    # device busy time: the kernels' and copies' own events (an aten op's device time repeats its kernels')
+    busy = sum(self_us(e) for e in events if not on_dev or e.device_type != DeviceType.CPU) / 1e6
     print(events.table(sort_by="self_device_time_total" if on_dev else "self_cpu_time_total", row_limit=top))
     return {"wall_s_per_step": round(wall / steps, 5),
             ("device_busy_s_per_step" if on_dev else "cpu_self_s_per_step"): round(busy / steps, 5),
