@@ -76,10 +76,11 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
     return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)
 
 
-def _median_time(fn, steps: int, repeats: int) -> tuple[float, list[float], list[float | None]]:
+def _median_time(fn, steps: int, repeats: int, block_end=None) -> tuple[float, list[float], list[float | None]]:
     """Seconds per call of ``fn``: the median over ``repeats`` blocks of ``steps`` calls, every block's
     ms per call, and the hypervisor's steal share (%) during each block (None off Linux).  On a shared
-    VM whose speed drifts, a median of blocks resists a slow spell better than one long block."""
+    VM whose speed drifts, a median of blocks resists a slow spell better than one long block.
+    ``block_end`` runs before each block's clock stops (e.g. a GPU synchronisation)."""
     import statistics
 
     blocks, steal = [], []
@@ -87,6 +88,8 @@ def _median_time(fn, steps: int, repeats: int) -> tuple[float, list[float], list
         c0, t0 = cpu_times(), time.perf_counter()
         for _ in range(steps):
             fn()
+        if block_end is not None:
+            block_end()
         blocks.append((time.perf_counter() - t0) / steps)
         steal.append(steal_share(c0, cpu_times()))
     return statistics.median(blocks), [round(1000 * b, 2) for b in blocks], steal

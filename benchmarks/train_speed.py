@@ -24,9 +24,10 @@ import argparse
 import json
 import logging
 import platform
-import statistics
 import time
 from pathlib import Path
+
+from .throughput import _median_time
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
     from neuralsim.world_model.config import preset
     from neuralsim.world_model.dit import CausalDiT
     from neuralsim.world_model.objectives import get_objective
+    from neuralsim.world_model.train import TrainConfig, ema_update, make_optimizer
 
     cfg = preset(config)
     d = cfg.dit
@@ -55,8 +57,8 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
     dit = CausalDiT(d).to(device).train()
     params = list(dit.parameters())
     ema = [p.detach().clone() for p in params]
-    opt = torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.99), weight_decay=1e-3,
-                            fused=True if device.type == "cuda" else None)
+    tc = TrainConfig()  # the trainer's defaults: learning rate, weight decay, clipping, EMA decay
+    opt = make_optimizer(params, tc, device)
     run = torch.compile(dit) if compiled else dit
     loss_fn, kwargs = get_objective(objective)
     T = cfg.clip_length
@@ -70,8 +72,6 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
     state = {"step": 0}
 
     def step():
-        i = state["step"]
-        state["step"] += 1
         first = torch.randint(store_frames - T, (batch_size,), generator=gen)
         rows = (first[:, None] + torch.arange(T)).flatten().to(device)
         x = store.index_select(0, rows).float().view(batch_size, T, *store.shape[1:])
@@ -80,11 +80,10 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
             loss, _ = loss_fn(run, x, cond, cfg.schedule, generator=noise_gen, **kwargs)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
         opt.step()
-        decay = min(0.999, (1 + i) / (10 + i))
-        with torch.no_grad():
-            torch._foreach_lerp_(ema, [p.detach() for p in params], 1 - decay)
+        state["step"] += 1
+        ema_update(ema, params, state["step"], tc.ema_decay)
 
     return step, dit
 
@@ -98,17 +97,10 @@ def time_mode(mode: str, args, device) -> dict:
         step()
     _sync(device)
     first = time.perf_counter() - t0
-    blocks = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        _sync(device)
-        blocks.append((time.perf_counter() - t0) / args.steps)
-    s = statistics.median(blocks)
+    s, blocks_ms, steal = _median_time(step, args.steps, args.repeats, block_end=lambda: _sync(device))
     row = {"mode": mode, "config": args.config, "objective": args.objective, "batch_size": args.batch_size,
            "device": str(device), "params": n_params, "first_steps": args.warmup, "first_steps_s": round(first, 2),
-           "s_per_step": round(s, 5), "s_per_step_blocks": [round(b, 5) for b in blocks],
+           "s_per_step": round(s, 5), "ms_per_step_blocks": blocks_ms, "steal_pct_blocks": steal,
            "clips_per_s": round(args.batch_size / s, 2)}
     if device.type == "cuda":
         import torch

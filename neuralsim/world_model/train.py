@@ -410,10 +410,7 @@ def train(cfg: TrainConfig) -> dict:
         module.requires_grad_(True).train()
     params = {prefix + k: p for prefix, module in trainable.items() for k, p in module.named_parameters()}
 
-    # fused: one kernel for the whole update on a GPU (the same state dict, so checkpoints move between devices);
-    # the CPU keeps the default implementation, and its runs stay bit-identical to earlier ones
-    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8,
-                            weight_decay=cfg.weight_decay, fused=True if device.type == "cuda" else None)
+    opt = make_optimizer(list(params.values()), cfg, device)
     start_step = 0
     if ckpt is not None:
         ema_t, _ = load_safetensors(ckpt / "ema.safetensors")
@@ -533,9 +530,7 @@ def train(cfg: TrainConfig) -> dict:
         gnorm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.grad_clip)
         opt.step()
         step += 1
-        decay = min(cfg.ema_decay, (1 + step) / (10 + step))
-        with torch.no_grad():  # one fused update of every EMA tensor, not a kernel per parameter
-            torch._foreach_lerp_([ema[k] for k in params], [p.detach() for p in params.values()], 1 - decay)
+        ema_update([ema[k] for k in params], list(params.values()), step, cfg.ema_decay)
         bar.update(1)
         out_of_time = cfg.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.max_minutes
         if world > 1 and cfg.max_minutes is not None:  # every rank stops at the same step, or the rest hang in DDP
@@ -578,6 +573,26 @@ def train(cfg: TrainConfig) -> dict:
         dist.barrier()
         dist.destroy_process_group()
     return {"step": step, "last": last, "model": str(out / "model"), "stopped_early": stopped_early}
+
+
+def make_optimizer(params: list, cfg: TrainConfig, device):
+    """The trainer's AdamW over ``params``.  Fused on a GPU: one kernel for the whole update (the same state
+    dict, so checkpoints move between devices); the CPU keeps the default implementation, and its runs stay
+    bit-identical to earlier ones."""
+    import torch
+
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=cfg.weight_decay,
+                             fused=True if device.type == "cuda" else None)
+
+
+def ema_update(ema: list, params: list, step: int, ema_decay: float) -> None:
+    """Move the EMA tensors towards ``params`` after optimiser step ``step`` (1-based), with the decay warming
+    up as ``(1 + step) / (10 + step)`` to ``ema_decay``; one fused update, not a kernel per parameter."""
+    import torch
+
+    decay = min(ema_decay, (1 + step) / (10 + step))
+    with torch.no_grad():
+        torch._foreach_lerp_(ema, [p.detach() for p in params], 1 - decay)
 
 
 def _checks_every_step(device) -> bool:
