@@ -18,7 +18,9 @@ Every stage writes into ``--out``:
 
 Re-running the same command resumes from ``checkpoint/`` (``--no-resume`` starts over).  Batches and
 noise are drawn from generators seeded by (seed, step, rank) (the noise from one on the training device),
-so a resumed run continues the very same loss curve on the same device.  ``--max-minutes`` stops cleanly with a checkpoint.  On CUDA the loss runs under bf16
+so a resumed run continues the very same loss curve on the same device.  ``--max-minutes`` (counted from
+the first step) and ``--deadline`` (a wall-clock end; with ``--cool-down-secs`` the rate anneals towards it)
+stop cleanly with a checkpoint.  On CUDA the loss runs under bf16
 autocast; under ``torchrun`` (WORLD_SIZE > 1) the trained module is wrapped in DDP and rank 0 writes.
 
 The DiT stage trains on frozen-autoencoder latents: on a dataset root it first encodes every episode
@@ -98,6 +100,15 @@ class TrainConfig:
     resume: bool | None = None
     """None: resume if ``out/checkpoint`` exists; True: require it; False: start over."""
     max_minutes: float | None = None
+    """Stop cleanly (checkpoint and model written) once this many minutes have passed since the first step."""
+    deadline: float | None = None
+    """Wall-clock end of the run, in Unix seconds.  A step starts only when it is expected (from the median of
+    the last steps' times) to end before it; then the checkpoint and the model are written and the run stops,
+    as with ``max_minutes``.  Unlike ``max_minutes`` it does not count the start-up (imports, the latent
+    store), so a script can give several stages one common end.  A deadline already past runs no step."""
+    cool_down_secs: float = 0.0
+    """With ``deadline``: the learning rate falls linearly to 0 over the last ``cool_down_secs`` seconds before
+    it (on top of the warmup and ``decay_steps``), so a run of unknown speed still ends annealed."""
     checkpoint_every: int = 200
     log_every: int = 10
     sample_every: int = 1000
@@ -153,7 +164,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decoder-layers-per-block", dest="decoder_layers_per_block", type=int, default=None,
                         help="--stage decoder with --init-from: prune (or deepen) the decoder to this many layers "
                              "per block before training it (0: one ResNet per level, a faster decoder)")
-    parser.add_argument("--max-minutes", dest="max_minutes", type=float, default=None)
+    parser.add_argument("--max-minutes", dest="max_minutes", type=float, default=None,
+                        help="stop cleanly, with a checkpoint, this many minutes after the first step")
+    parser.add_argument("--deadline", type=parse_deadline, default=None,
+                        help="stop cleanly, with a checkpoint, by this wall-clock time: Unix seconds or ISO 8601 "
+                             "(e.g. 2026-11-26T09:30:00+00:00); start-up time counts against it")
+    parser.add_argument("--cool-down-secs", dest="cool_down_secs", type=float, default=d.cool_down_secs,
+                        help="with --deadline: anneal the learning rate linearly to 0 over its last N seconds")
     parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=d.checkpoint_every)
     parser.add_argument("--log-every", dest="log_every", type=int, default=d.log_every)
     parser.add_argument("--sample-every", dest="sample_every", type=int, default=d.sample_every)
@@ -164,6 +181,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
+
+
+def parse_deadline(text: str) -> float:
+    """``--deadline``'s value as Unix seconds: a number, or an ISO 8601 time (without a zone: local time)."""
+    from datetime import datetime
+
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = datetime.fromisoformat(text).timestamp()
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--deadline {text!r}: give Unix seconds or an ISO 8601 time such as 2026-11-26T09:30:00+00:00"
+            ) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"--deadline {text!r} is not a finite time")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -277,11 +312,15 @@ def _optimizer_from_safetensors(opt, tensors: dict, meta: dict) -> None:
     opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def learning_rate(cfg: TrainConfig, step: int) -> float:
-    """Learning rate of optimiser step ``step`` (0-based): linear warmup, constant, then the decay phase."""
+def learning_rate(cfg: TrainConfig, step: int, now: float | None = None) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): linear warmup, constant, then the decay phase;
+    with ``cfg.cool_down_secs`` also the time-based cool-down at wall-clock time ``now`` (Unix seconds)."""
     lr = cfg.lr * min(1.0, (step + 1) / max(1, cfg.warmup))
     if cfg.decay_steps > 0:
         lr *= min(1.0, (cfg.steps - step) / cfg.decay_steps)
+    if cfg.cool_down_secs > 0 and cfg.deadline is not None:
+        now = time.time() if now is None else now
+        lr *= min(1.0, max(0.0, (cfg.deadline - now) / cfg.cool_down_secs))
     return lr
 
 
@@ -357,6 +396,12 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.autoencoder_from and (cfg.stage != "dit" or cfg.init_from):
         raise ValueError("--autoencoder-from starts a fresh DiT on a trained autoencoder; it needs --stage dit and "
                          f"no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if cfg.deadline is not None and not math.isfinite(cfg.deadline):
+        raise ValueError(f"deadline must be a finite Unix time, got {cfg.deadline}")
+    if not math.isfinite(cfg.cool_down_secs) or cfg.cool_down_secs < 0:
+        raise ValueError(f"cool_down_secs must be >= 0, got {cfg.cool_down_secs}")
+    if cfg.cool_down_secs > 0 and cfg.deadline is None:
+        raise ValueError("--cool-down-secs anneals towards --deadline; give a --deadline too")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     rank, world, local_rank = _rank_info()
@@ -462,7 +507,8 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.stage == "dit":
         loss_fn, loss_kwargs = get_objective(cfg.objective)
     stage_obj = cfg.objective if cfg.stage == "dit" else "reconstruction"
-    budget = {"steps": cfg.steps, **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {})}
+    budget = {"steps": cfg.steps, **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {}),
+              **({"cool_down_secs": cfg.cool_down_secs} if cfg.cool_down_secs else {})}
     # The recipe counts each stage's steps over the model's whole history: a run started from a model that
     # already had this stage (e.g. more Step Forcing on the shipped model) continues its count.
     count_key = f"{cfg.stage}_{stage_obj}_steps"
@@ -476,7 +522,7 @@ def train(cfg: TrainConfig) -> dict:
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
-            last = {k: v for k, v in recipe["stages"][-1].items() if k not in ("steps", "decay_steps")}
+            last = {k: v for k, v in recipe["stages"][-1].items() if k not in ("steps", "decay_steps", "cool_down_secs")}
             recipe["stages"] = [*recipe["stages"][:-1], {**last, **budget}]
 
     metrics_path = out / "metrics.jsonl"
@@ -500,11 +546,16 @@ def train(cfg: TrainConfig) -> dict:
     check_every_step = _checks_every_step(device)
     first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first step with a non-finite loss, or -1
     t_log, step_log = time.time(), start_step
-    while step < cfg.steps:
+    step_secs: list[float] = []  # the last steps' wall times, for the deadline's "will the next step fit?"
+    if cfg.deadline is not None and time.time() >= cfg.deadline:
+        log.warning("--deadline %s has passed before the first step; no step run", _iso(cfg.deadline))
+        stopped_early = True
+    while step < cfg.steps and not stopped_early:
+        t_step = time.time()
         gen = _step_generator(cfg.seed, step, rank)
         noise_gen = gen if device.type == "cpu" else _step_generator(cfg.seed, step, rank, device)
         idx = torch.randint(len(dataset), (cfg.batch_size,), generator=gen).tolist()
-        lr = learning_rate(cfg, step)
+        lr = learning_rate(cfg, step, t_step)
         for g in opt.param_groups:
             g["lr"] = lr
         with autocast:
@@ -532,8 +583,13 @@ def train(cfg: TrainConfig) -> dict:
         step += 1
         ema_update([ema[k] for k in params], list(params.values()), step, cfg.ema_decay)
         bar.update(1)
-        out_of_time = cfg.max_minutes is not None and (time.time() - t_start) / 60 >= cfg.max_minutes
-        if world > 1 and cfg.max_minutes is not None:  # every rank stops at the same step, or the rest hang in DDP
+        now = time.time()
+        step_secs = [*step_secs[-19:], now - t_step]
+        out_of_time = cfg.max_minutes is not None and (now - t_start) / 60 >= cfg.max_minutes
+        past_deadline = cfg.deadline is not None and now + sorted(step_secs)[len(step_secs) // 2] >= cfg.deadline
+        out_of_time = out_of_time or past_deadline
+        if world > 1 and (cfg.max_minutes is not None or cfg.deadline is not None):
+            # every rank stops at the same step, or the rest hang in DDP
             flag = torch.tensor([float(out_of_time)], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             out_of_time = bool(flag.item())
@@ -557,7 +613,10 @@ def train(cfg: TrainConfig) -> dict:
         if is_main and cfg.sample_every > 0 and step % cfg.sample_every == 0 and step != cfg.steps:
             _write_sample(out, cfg, dataset, step)
         if out_of_time:
-            log.info("--max-minutes %.1f reached at step %d; checkpoint written", cfg.max_minutes, step)
+            if past_deadline:
+                log.info("--deadline %s reached at step %d; checkpoint written", _iso(cfg.deadline), step)
+            else:
+                log.info("time budget reached at step %d; checkpoint written", step)
             stopped_early = True
             break
     bar.close()
@@ -573,6 +632,12 @@ def train(cfg: TrainConfig) -> dict:
         dist.barrier()
         dist.destroy_process_group()
     return {"step": step, "last": last, "model": str(out / "model"), "stopped_early": stopped_early}
+
+
+def _iso(unix: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="seconds")
 
 
 def make_optimizer(params: list, cfg: TrainConfig, device):

@@ -6,8 +6,8 @@
 #   1. SimDROID data, seed 0, $EPISODES episodes, $WORKERS processes, raw .npy frames (no ffmpeg there);
 #   2. the fine autoencoder (32x32x4 latent), batch $AE_BS clips x 2 frames x 3 views;
 #   3. Diffusion Forcing on a fresh 256-wide DiT, batch $BS clips of 16 frames;
-#   4. Step Forcing at a constant rate until ~$COOL_SECS s before the budget ends, then a linear cool-down over
-#      as many steps as fit in the time then left (counted from the run's own median step time);
+#   4. Step Forcing until $FINAL_SECS s before the budget ends, its learning rate falling linearly to 0 over the
+#      last $COOL_SECS s (the trainer's --deadline and --cool-down-secs: one run, no guess at its speed);
 #   5. beside 3-4: the decoder pruned to one ResNet per level and trained on the frozen encoder's latents;
 #   6. the cooled DiT + the pruned decoder, written in float16 to $RUNS/final (window: twice the clip).
 # Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
@@ -19,10 +19,10 @@ PY="${PY:-python3}"; DEVICE="${DEVICE:-cuda}"
 RUNS="${RUNS:-runs/gpu}"; DATA="${DATA:-data/simdroid_gpu}"
 EPISODES="${EPISODES:-1200}"; WORKERS="${WORKERS:-16}"
 PIPE_MIN="${PIPE_MIN:-21}"; COOL_SECS="${COOL_SECS:-100}"
-# Seconds a trainer spends before its first step (imports, the model, the latent store: 44 s with 1,200
-# episodes to encode, 15 s with the store already built; H200, session 38) and the final write needs. The
-# trainer's --max-minutes counts from its first step, so the stages below subtract these to end by END.
-SF_START_SECS="${SF_START_SECS:-45}"; COOL_START_SECS="${COOL_START_SECS:-20}"; FINAL_SECS="${FINAL_SECS:-20}"
+# Seconds the final write (below) needs: every training stage ends by END - FINAL_SECS. The Step Forcing and
+# decoder stages take that as their --deadline (start-up included); the autoencoder and Diffusion Forcing
+# stages of a run from nothing have fixed minutes.
+FINAL_SECS="${FINAL_SECS:-20}"
 AE_STEPS="${AE_STEPS:-3000}"; AE_MIN="${AE_MIN:-3}"; AE_BS="${AE_BS:-32}"
 DF_STEPS="${DF_STEPS:-2000}"; DF_MIN="${DF_MIN:-3}"
 BS="${BS:-64}"; LR="${LR:-5e-4}"; DEC_STEPS="${DEC_STEPS:-3000}"
@@ -58,29 +58,15 @@ log "decoder stage (pruned) in the background -> $RUNS/dec"
 # from df/model: the same encoder as the DiT's and its fitted latent statistics (take_decoder_from checks both)
 $PY -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/df/model" --decoder-layers-per-block 0 \
     --data "$DATA" --out "$RUNS/dec" --steps "$DEC_STEPS" --decay-steps $(( DEC_STEPS * 2 / 5 )) \
-    --max-minutes $(( (END - $(date +%s)) / 60 - 1 )) --batch-size 16 --frames-per-clip 4 --lr 3e-4 --warmup 20 \
+    --deadline $(( END - FINAL_SECS )) --cool-down-secs "$COOL_SECS" --batch-size 16 --frames-per-clip 4 --lr 3e-4 --warmup 20 \
     "${COMMON[@]}" > "$RUNS/dec.log" 2>&1 &
 dec=$!
 fi
 
-sf_min=$(python3 -c "print(max(1.0, ($END - $FINAL_SECS - $COOL_SECS - $SF_START_SECS - $(date +%s)) / 60))")
-log "Step Forcing at a constant rate for $sf_min min -> $RUNS/sf"
-SF=(--stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DATA" --out "$RUNS/sf"
-    --batch-size "$BS" --lr "$LR" --warmup 100 "${COMMON[@]}" "${DIT_EXTRA[@]}")
-$PY -m neuralsim.world_model.train "${SF[@]}" --steps 10000000 --max-minutes "$sf_min"
-
-# the cool-down fills the time actually left (the constant phase may have overrun its estimate)
-left=$(( END - FINAL_SECS - COOL_START_SECS - $(date +%s) ))
-read -r from cool < <(python3 - "$RUNS/sf" "$left" <<'EOF'
-import json, statistics, sys
-run, secs = sys.argv[1], float(sys.argv[2])
-step = json.load(open(f"{run}/checkpoint/trainer.json"))["step"]
-times = [json.loads(l)["s_per_step"] for l in open(f"{run}/metrics.jsonl") if '"s_per_step"' in l][-50:]
-print(step, max(50, int(secs / statistics.median(times))))
-EOF
-)
-log "cool-down from step $from over $cool steps"
-$PY -m neuralsim.world_model.train "${SF[@]}" --steps $(( from + cool )) --decay-steps "$cool"
+log "Step Forcing to $(date -u -d @$(( END - FINAL_SECS )) +%T), the last $COOL_SECS s cooling down -> $RUNS/sf"
+$PY -m neuralsim.world_model.train --stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DATA" \
+    --out "$RUNS/sf" --batch-size "$BS" --lr "$LR" --warmup 100 --steps 10000000 --deadline $(( END - FINAL_SECS )) \
+    --cool-down-secs "$COOL_SECS" "${COMMON[@]}" "${DIT_EXTRA[@]}"
 
 log "waiting for the decoder stage"
 [ -z "$dec" ] || wait "$dec" || log "decoder stage failed (see $RUNS/dec.log); shipping the autoencoder's own decoder"

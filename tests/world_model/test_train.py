@@ -124,6 +124,58 @@ def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
     assert trainer["step"] == 1
 
 
+def test_deadline_stops_before_it_and_cools_the_learning_rate_down(tmp_path):
+    """``--deadline``: the run ends, checkpoint and model written, before the wall-clock end (start-up included);
+    ``--cool-down-secs`` anneals the rate towards that end, so the last logged rates fall below the base rate."""
+    import time
+
+    start = time.time()
+    deadline = start + 6.0
+    summary = train(_cfg(tmp_path / "d", steps=10**6, deadline=deadline, cool_down_secs=4.0, lr=1e-3,
+                         checkpoint_every=10**6, num_threads=1))
+    ended = time.time()
+    assert summary["stopped_early"] and 1 <= summary["step"] < 10**6
+    assert ended < deadline + 3.0  # the last step and the final write; nothing after the deadline starts a step
+    trainer = json.loads((tmp_path / "d" / "checkpoint" / "trainer.json").read_text())
+    assert trainer["step"] == summary["step"]
+    rows = [json.loads(ln) for ln in (tmp_path / "d" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == summary["step"]
+    lrs = [r["lr"] for r in rows if r["step"] > 2]  # after the 2-step warmup
+    assert lrs[-1] < 0.5e-3 and all(a >= b for a, b in zip(lrs, lrs[1:]))
+    wm = WorldModel.from_pretrained(tmp_path / "d" / "model")
+    assert wm.config.recipe["stages"][-1]["cool_down_secs"] == 4.0
+    assert wm.config.recipe["dit_step_forcing_steps"] == summary["step"]
+
+
+def test_a_deadline_already_past_runs_no_step_and_bad_values_are_refused(tmp_path):
+    import time
+
+    from neuralsim.world_model.train import learning_rate, parse_deadline
+
+    first = tmp_path / "first"
+    train(_cfg(first, steps=2))
+    late = tmp_path / "late"
+    summary = train(_cfg(late, steps=5, deadline=time.time() - 1, init_from=str(first / "model")))
+    assert summary["step"] == 0 and summary["stopped_early"]
+    assert not (late / "metrics.jsonl").exists() or not (late / "metrics.jsonl").read_text().strip()
+    a, b = WorldModel.from_pretrained(first / "model"), WorldModel.from_pretrained(late / "model")
+    assert all(torch.equal(x, b.state_dict()[k]) for k, x in a.state_dict().items())  # nothing trained
+    with pytest.raises(ValueError, match="give a --deadline"):
+        train(_cfg(tmp_path / "x", cool_down_secs=10.0))
+    with pytest.raises(ValueError, match="cool_down_secs must be >= 0"):
+        train(_cfg(tmp_path / "x", cool_down_secs=-1.0, deadline=time.time() + 60))
+    # the rate: full until the cool-down, then linear to 0 at the deadline (and 0 after it)
+    cfg = TrainConfig(lr=1e-3, warmup=1, steps=100, deadline=1000.0, cool_down_secs=100.0)
+    assert learning_rate(cfg, 50, now=800.0) == pytest.approx(1e-3)
+    assert learning_rate(cfg, 50, now=950.0) == pytest.approx(0.5e-3)
+    assert learning_rate(cfg, 50, now=1200.0) == 0.0
+    assert parse_deadline("1700000000") == 1700000000.0
+    assert parse_deadline("2023-11-14T22:13:20+00:00") == 1700000000.0
+    for bad in ("tomorrow", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--deadline"):
+            parse_deadline(bad)
+
+
 def test_decoder_stage_trains_only_the_decoder(tmp_path):
     """``--stage decoder``: stored latents paired with their own frames; the encoder and the DiT stay put."""
     from neuralsim.world_model.train import LatentMemo, decoder_batch, open_dataset
