@@ -49,7 +49,7 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
     from neuralsim.world_model.config import preset
     from neuralsim.world_model.dit import CausalDiT
     from neuralsim.world_model.objectives import get_objective
-    from neuralsim.world_model.train import TrainConfig, ema_update, make_optimizer
+    from neuralsim.world_model.train import TrainConfig, make_optimizer, update
 
     cfg = preset(config)
     d = cfg.dit
@@ -78,12 +78,8 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
         cond = cond_store.index_select(0, rows).view(batch_size, T, 7)
         with autocast:
             loss, _ = loss_fn(run, x, cond, cfg.schedule, generator=noise_gen, **kwargs)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
-        opt.step()
         state["step"] += 1
-        ema_update(ema, params, state["step"], tc.ema_decay)
+        update(loss, params, opt, ema, state["step"], tc)
 
     return step, dit
 

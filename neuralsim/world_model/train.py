@@ -546,6 +546,7 @@ def train(cfg: TrainConfig) -> dict:
     check_every_step = _checks_every_step(device)
     first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first step with a non-finite loss, or -1
     t_log, step_log = time.time(), start_step
+    param_list, ema_list = list(params.values()), [ema[k] for k in params]
     step_secs: list[float] = []  # the last steps' wall times, for the deadline's "will the next step fit?"
     if cfg.deadline is not None and time.time() >= cfg.deadline:
         log.warning("--deadline %s has passed before the first step; no step run", _iso(cfg.deadline))
@@ -576,12 +577,8 @@ def train(cfg: TrainConfig) -> dict:
                 raise FloatingPointError(f"non-finite loss {float(loss.detach())} at step {step}")
         else:
             first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.grad_clip)
-        opt.step()
         step += 1
-        ema_update([ema[k] for k in params], list(params.values()), step, cfg.ema_decay)
+        gnorm = update(loss, param_list, opt, ema_list, step, cfg)
         bar.update(1)
         now = time.time()
         step_secs = [*step_secs[-19:], now - t_step]
@@ -648,6 +645,21 @@ def make_optimizer(params: list, cfg: TrainConfig, device):
 
     return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=cfg.weight_decay,
                              fused=True if device.type == "cuda" else None)
+
+
+def update(loss, params: list, opt, ema: list, step: int, cfg: TrainConfig):
+    """One optimiser update from ``loss``: backward, gradient clipping to ``cfg.grad_clip``, the optimiser's
+    step, then the EMA of ``params`` after step ``step`` (1-based).  Returns the gradient norm before
+    clipping (a tensor: reading it would wait for the device).  The trainer and
+    ``benchmarks/train_speed.py`` share it, so the benchmark times the trainer's own update."""
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    opt.step()
+    ema_update(ema, params, step, cfg.ema_decay)
+    return gnorm
 
 
 def ema_update(ema: list, params: list, step: int, ema_decay: float) -> None:
