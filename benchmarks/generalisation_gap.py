@@ -1,0 +1,122 @@
+"""Generalisation gap of a world model's DiT: its training objectives on training clips against held-out ones.
+
+Usage::
+
+    python -m benchmarks.generalisation_gap --checkpoint checkpoints/fine \\
+        --train data/simdroid --heldout data/simdroid_heldout            # 192 clips x 2 noise draws, ~4 min
+
+A falling training loss with flat fidelity numbers can mean the DiT memorises its training episodes.
+This measures that directly: the same objectives the trainer minimises (Step Forcing and Diffusion
+Forcing at the trained noise levels), with the weights frozen, on ``--clips`` random 16-frame clips of
+each dataset, under the same noise draws.  Both datasets are read through the model's own latent store
+(:class:`~neuralsim.world_model.latents.LatentStore`; the held-out split is encoded on first use).  The
+gap is ``heldout / train - 1``; each mean comes with its standard error over the batches, so a gap
+inside ~2 standard errors is noise.  JSON goes to ``benchmarks/results/generalisation_gap.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("step_forcing", "diffusion_forcing_discrete")
+
+
+def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_size: int = 16, seed: int = 0,
+                     objectives=OBJECTIVES, progress: bool = False) -> dict:
+    """Mean loss (and its standard error over batches) of each objective on ``clips`` random clips of
+    ``root``, ``noise_draws`` noise draws each; the clips and the noise depend only on ``seed``."""
+    import torch
+
+    from neuralsim.data.reader import ClipDataset
+    from neuralsim.world_model.latents import LatentStore
+    from neuralsim.world_model.objectives import get_objective
+
+    if not (Path(root) / "meta").is_dir():
+        raise FileNotFoundError(f"{root}: not a SimDROID dataset (no meta/); make one with `neuralsim data generate`")
+    ds = ClipDataset(root, clip_length=wm.config.clip_length, image_size=wm.config.autoencoder.image_size)
+    store = LatentStore(wm.autoencoder, ds, wm.device, progress=progress)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(len(ds), generator=g)[:clips].tolist()
+    out = {"dataset": str(root), "clips": len(idx), "noise_draws": noise_draws}
+    for name in objectives:
+        fn, kw = get_objective(name)
+        batch_losses = []
+        for k in range(noise_draws):
+            ng = torch.Generator().manual_seed(seed * 1000 + 1 + k)
+            for i in range(0, len(idx), batch_size):
+                z, cond = store.get(idx[i:i + batch_size], wm.device)
+                with torch.no_grad():
+                    loss, _ = fn(wm.dit, wm.normalise(z), cond, wm.config.schedule, generator=ng, **kw)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"{name}: non-finite loss on {root} clips {idx[i:i + batch_size]}")
+                batch_losses.append(float(loss))
+        n = len(batch_losses)
+        mean = sum(batch_losses) / n
+        sd = math.sqrt(sum((x - mean) ** 2 for x in batch_losses) / (n - 1)) if n > 1 else float("nan")
+        out[name] = {"mean": mean, "stderr": sd / math.sqrt(n), "batches": n}
+    return out
+
+
+def compare(train: dict, heldout: dict, objectives=OBJECTIVES) -> dict:
+    """Per objective: held-out / train - 1, and that ratio's standard error (first order)."""
+    gap = {}
+    for name in objectives:
+        a, b = train[name], heldout[name]
+        rel = b["mean"] / a["mean"] - 1
+        se = (b["mean"] / a["mean"]) * math.sqrt((a["stderr"] / a["mean"]) ** 2 + (b["stderr"] / b["mean"]) ** 2)
+        gap[name] = {"relative_gap": rel, "stderr": se}
+    return gap
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.generalisation_gap", description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", required=True, help="a WorldModel checkpoint directory (or hub id)")
+    p.add_argument("--train", required=True, help="a dataset the model was trained on")
+    p.add_argument("--heldout", required=True, help="a dataset of the same distribution it never saw")
+    p.add_argument("--clips", type=int, default=192, help="random clips per dataset")
+    p.add_argument("--noise-draws", type=int, default=2, help="noise draws per clip")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "generalisation_gap.json"))
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    args = p.parse_args(argv)
+    for name in ("clips", "noise_draws", "batch_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+    import torch
+
+    from neuralsim.world_model.model import WorldModel
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    wm = WorldModel.from_pretrained(args.checkpoint).float().eval()
+    t0 = time.time()
+    rows = {split: objective_losses(wm, root, args.clips, args.noise_draws, args.batch_size, args.seed,
+                                    progress=args.progress)
+            for split, root in (("train", args.train), ("heldout", args.heldout))}
+    gap = compare(rows["train"], rows["heldout"])
+    print(f"\n{'objective':28} {'train':>16} {'held-out':>16} {'gap':>14}")
+    for name in OBJECTIVES:
+        a, b, d = rows["train"][name], rows["heldout"][name], gap[name]
+        print(f"{name:28} {a['mean']:.5f}±{a['stderr']:.5f} {b['mean']:.5f}±{b['stderr']:.5f} "
+              f"{100 * d['relative_gap']:+6.1f}±{100 * d['stderr']:.1f}%")
+    report = {"checkpoint": args.checkpoint, "seed": args.seed, **rows, "gap": gap,
+              "seconds": round(time.time() - t0, 1), "threads": torch.get_num_threads()}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"{report['seconds']} s; JSON: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
