@@ -52,3 +52,5 @@ def test_cli_writes_the_report_and_refuses_a_missing_dataset(tiny_checkpoint, da
         G.main([*args[:4], "--heldout", str(tmp_path / "nowhere"), "--out", str(out)])
     with pytest.raises(SystemExit):
         G.main([*args, "--clips", "0"])
+    assert G.main([*args, "--quick"]) == 0
+    assert json.loads(out.read_text())["train"]["noise_draws"] == 1
