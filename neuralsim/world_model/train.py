@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import logging
 import math
@@ -80,6 +81,12 @@ class TrainConfig:
     e.g. to try a wider DiT on an autoencoder that is already trained."""
     config: str = "default"
     """Config preset used when not initialising from a checkpoint (with ``autoencoder_from``: its DiT)."""
+    dit_dim: int | None = None
+    """A fresh DiT (from ``config``, or with ``autoencoder_from``) this wide instead of the preset's."""
+    dit_depth: int | None = None
+    """A fresh DiT with this many blocks instead of the preset's."""
+    dit_heads: int | None = None
+    """A fresh DiT with this many attention heads instead of the preset's (dim / heads must be even)."""
     steps: int = 1000
     """Total optimiser steps of this stage (a resumed run continues up to this number)."""
     batch_size: int = 8
@@ -144,6 +151,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--autoencoder-from", dest="autoencoder_from", default=None,
                         help="--stage dit: keep this model's trained autoencoder and start a fresh DiT shaped as "
                              "--config's (instead of --init-from, which keeps the model's own DiT)")
+    parser.add_argument("--dit-dim", dest="dit_dim", type=int, default=None,
+                        help="a fresh DiT (no --init-from) this wide instead of --config's, e.g. to try a wider "
+                             "DiT on --autoencoder-from's autoencoder")
+    parser.add_argument("--dit-depth", dest="dit_depth", type=int, default=None,
+                        help="a fresh DiT with this many blocks instead of --config's")
+    parser.add_argument("--dit-heads", dest="dit_heads", type=int, default=None,
+                        help="a fresh DiT with this many attention heads instead of --config's")
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
@@ -396,6 +410,13 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.autoencoder_from and (cfg.stage != "dit" or cfg.init_from):
         raise ValueError("--autoencoder-from starts a fresh DiT on a trained autoencoder; it needs --stage dit and "
                          f"no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    dit_shape = {k: v for k, v in (("dim", cfg.dit_dim), ("depth", cfg.dit_depth), ("num_heads", cfg.dit_heads))
+                 if v is not None}
+    if dit_shape and (cfg.stage != "dit" or cfg.init_from):
+        raise ValueError("--dit-dim/--dit-depth/--dit-heads shape a fresh DiT; they need --stage dit and no --init-from "
+                         f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if any(v < 1 for v in dit_shape.values()):
+        raise ValueError(f"DiT dim, depth and heads must be >= 1, got {dit_shape}")
     if cfg.deadline is not None and not math.isfinite(cfg.deadline):
         raise ValueError(f"deadline must be a finite Unix time, got {cfg.deadline}")
     if not math.isfinite(cfg.cool_down_secs) or cfg.cool_down_secs < 0:
@@ -425,9 +446,16 @@ def train(cfg: TrainConfig) -> dict:
         ckpt = None
 
     # --- model -------------------------------------------------------------------
+    def fresh_dit():
+        return dataclasses.replace(preset(cfg.config).dit, **dit_shape)  # its __post_init__ checks the shape
+
     if ckpt is not None:
         model = WorldModel.from_pretrained(ckpt / "raw")
         log.info("resuming from %s", ckpt)
+        differ = {k: (getattr(model.config.dit, k), v) for k, v in dit_shape.items() if getattr(model.config.dit, k) != v}
+        if differ:
+            raise ValueError(f"{out} holds a run whose DiT differs from the one asked for ((checkpoint, asked): {differ}); "
+                             "use another --out or --no-resume")
     elif cfg.init_from:
         model = WorldModel.from_pretrained(cfg.init_from)
         log.info("initialised from %s (its config wins over --config)", cfg.init_from)
@@ -438,12 +466,14 @@ def train(cfg: TrainConfig) -> dict:
     elif cfg.autoencoder_from:
         donor = WorldModel.from_pretrained(cfg.autoencoder_from)
         torch.manual_seed(cfg.seed)
-        model = donor.with_dit(preset(cfg.config).dit)
+        model = donor.with_dit(fresh_dit())
         log.info("autoencoder from %s, a fresh %s DiT (%d x %d wide)", cfg.autoencoder_from, cfg.config,
                  model.config.dit.depth, model.config.dit.dim)
     else:
         torch.manual_seed(cfg.seed)
-        model = WorldModel(preset(cfg.config))
+        wm_config = preset(cfg.config)
+        wm_config.dit = fresh_dit()
+        model = WorldModel(wm_config)
     model.to(device)
     wm_cfg = model.config
     recipe = dict(wm_cfg.recipe)

@@ -117,6 +117,31 @@ def test_autoencoder_from_trains_a_fresh_dit_on_a_kept_autoencoder(tmp_path):
     assert "continues_from_step" not in b.config.recipe["stages"][-1]
 
 
+def test_dit_shape_options_build_a_wider_fresh_dit_and_refuse_misuse(tmp_path):
+    """``--dit-dim/--dit-depth/--dit-heads`` reshape a fresh DiT (on a kept autoencoder or from scratch); they refuse
+    a kept DiT (--init-from), a bad shape, and resuming a run of another shape."""
+    ae = tmp_path / "ae"
+    train(_cfg(ae, stage="autoencoder", steps=2))
+    wide = tmp_path / "wide"
+    train(_cfg(wide, objective="diffusion_forcing", steps=2, autoencoder_from=str(ae / "model"), dit_dim=48,
+               dit_depth=3, dit_heads=2))
+    a, b = WorldModel.from_pretrained(ae / "model"), WorldModel.from_pretrained(wide / "model")
+    assert (b.config.dit.dim, b.config.dit.depth, b.config.dit.num_heads) == (48, 3, 2)
+    assert (a.config.dit.dim, a.config.dit.depth) == (32, 2)  # tiny's
+    assert len(b.dit.blocks) == 3 and b.dit.patch_embed.weight.shape[0] == 48
+    assert all(torch.equal(x, b.state_dict()[k]) for k, x in a.state_dict().items() if k.startswith("autoencoder."))
+    scratch = tmp_path / "scratch"
+    train(_cfg(scratch, steps=1, dit_dim=64))
+    assert WorldModel.from_pretrained(scratch / "model").config.dit.dim == 64
+    train(_cfg(scratch, steps=2, dit_dim=64))  # the same command resumes
+    with pytest.raises(ValueError, match="DiT differs"):
+        train(_cfg(scratch, steps=3, dit_dim=96))
+    with pytest.raises(ValueError, match="no --init-from"):
+        train(_cfg(tmp_path / "x", init_from=str(ae / "model"), dit_dim=64))
+    with pytest.raises(ValueError, match="even integer head dim"):
+        train(_cfg(tmp_path / "y", dit_dim=30, dit_heads=2))  # head dim 15
+
+
 def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
     summary = train(_cfg(tmp_path / "t", steps=50, max_minutes=0.0, objective="diffusion_forcing"))
     assert summary["stopped_early"] and summary["step"] == 1
