@@ -8,6 +8,7 @@ Copy-paste recipe (SimDROID data in ``data/simdroid``; ``synthetic`` is a built-
     neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid --out runs/dec --steps 3000  # optional
     neuralsim train --stage decoder --init-from runs/sf/model --decoder-layers-per-block 0 ...  # a faster decoder
     neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine ...  # a new DiT shape, same autoencoder
+    neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine --dit-dim 320 --dit-heads 5 ...  # wider
 
 Every stage writes into ``--out``:
 
