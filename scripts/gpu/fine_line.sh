@@ -2,10 +2,13 @@
 # The fine world-model line from nothing, on one lent GPU, inside a fixed time budget (one lease).
 #   PIPE_MIN=8 bash scripts/gpu/fine_line.sh                  # normally run by scripts/gpu/lease.sh
 #   INIT=runs/gpu_fine/model PIPE_MIN=8 bash scripts/gpu/fine_line.sh   # more Step Forcing on a fine model
+#   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash ...  # a fresh, wider DiT on a kept autoencoder
 # Stages (logs and runs under $RUNS, the dataset under $DATA):
 #   1. SimDROID data, seed 0, $EPISODES episodes, $WORKERS processes, raw .npy frames (no ffmpeg there);
 #   2. the fine autoencoder (32x32x4 latent), batch $AE_BS clips x 2 frames x 3 views;
-#   3. Diffusion Forcing on a fresh 256-wide DiT, batch $BS clips of 16 frames;
+#      (skipped with AE_FROM: a trained fine model whose autoencoder and latent statistics are kept);
+#   3. Diffusion Forcing on a fresh DiT (the fine preset's 4 blocks x 256, 4 heads, unless DIT_DIM, DIT_DEPTH,
+#      DIT_HEADS say otherwise), batch $BS clips of 16 frames;
 #   4. Step Forcing until $FINAL_SECS s before the budget ends, its learning rate falling linearly to 0 over the
 #      last $COOL_SECS s (the trainer's --deadline and --cool-down-secs: one run, no guess at its speed);
 #   5. beside 3-4: the decoder pruned to one ResNet per level and trained on the frozen encoder's latents;
@@ -41,15 +44,21 @@ if [ -n "${INIT:-}" ]; then  # continue a fine model (e.g. the last call's snaps
   log "continuing $INIT: Step Forcing only (its own decoder is kept unless DEC_STEPS > 0)"
   [ "$DEC_STEPS" = 0 ] || log "the decoder stage runs beside it"
 else
+SHAPE=(); [ -z "${DIT_DIM:-}" ] || SHAPE+=(--dit-dim "$DIT_DIM")
+[ -z "${DIT_DEPTH:-}" ] || SHAPE+=(--dit-depth "$DIT_DEPTH"); [ -z "${DIT_HEADS:-}" ] || SHAPE+=(--dit-heads "$DIT_HEADS")
+if [ -n "${AE_FROM:-}" ]; then
+log "autoencoder kept from $AE_FROM"
+else
 log "autoencoder -> $RUNS/ae"
 $PY -m neuralsim.world_model.train --stage autoencoder --config fine --data "$DATA" --out "$RUNS/ae" \
     --steps "$AE_STEPS" --decay-steps $(( AE_STEPS / 5 )) --max-minutes "$AE_MIN" --batch-size "$AE_BS" \
     --frames-per-clip 2 --lr 1e-3 --warmup 50 --ema-decay 0.995 "${COMMON[@]}"
+fi
 
-log "Diffusion Forcing -> $RUNS/df"
-$PY -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --init-from "$RUNS/ae/model" \
-    --data "$DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" --batch-size "$BS" --lr "$LR" \
-    --warmup 200 "${COMMON[@]}" "${DIT_EXTRA[@]}"
+log "Diffusion Forcing -> $RUNS/df ${SHAPE[*]}"
+$PY -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --autoencoder-from "${AE_FROM:-$RUNS/ae/model}" \
+    --config fine "${SHAPE[@]}" --data "$DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" \
+    --batch-size "$BS" --lr "$LR" --warmup 200 "${COMMON[@]}" "${DIT_EXTRA[@]}"
 fi
 
 dec=""

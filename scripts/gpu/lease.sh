@@ -2,6 +2,7 @@
 # One self-contained call of the device tool: set up, run scripts/gpu/fine_line.sh, bring its model back.
 #   PIPE_MIN=7 bash scripts/gpu/lease.sh                            # the fine line from nothing
 #   INIT=runs/gpu_fine/model PIPE_MIN=7 bash scripts/gpu/lease.sh   # more Step Forcing on a carried model
+#   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash scripts/gpu/lease.sh   # a fresh, wider DiT
 # Why one call does everything: a lent machine is given back 30 s after a call returns, and with it every
 # process and file the call left (session 31 lost two half-trained pipelines that way, waiting to follow them
 # with a second call). So each call regenerates its data (1,200 episodes in ~80 s on 16 cores), trains inside
