@@ -584,6 +584,10 @@ def train(cfg: TrainConfig) -> dict:
         stopped_early = True
     while step < cfg.steps and not stopped_early:
         t_step = time.time()
+        if world > 1 and cfg.cool_down_secs > 0:  # one clock for the time-based rate, or the ranks' weights part
+            t = torch.tensor([t_step], dtype=torch.float64, device=device)
+            dist.broadcast(t, 0)
+            t_step = float(t.item())
         gen = _step_generator(cfg.seed, step, rank)
         noise_gen = gen if device.type == "cpu" else _step_generator(cfg.seed, step, rank, device)
         idx = torch.randint(len(dataset), (cfg.batch_size,), generator=gen).tolist()

@@ -296,6 +296,16 @@ def test_torchrun_ddp_averages_gradients_over_ranks_and_stops_together(tmp_path)
     assert 1 <= trainer["step"] < 100000
     assert _losses(timed)[-1][0] == trainer["step"]
 
+    # a deadline with a time-based cool-down: rank 0's clock sets every rank's rate, and all stop together
+    import time
+
+    cooled = tmp_path / "cooled"
+    torchrun(cooled, "--steps", "100000", "--deadline", str(time.time() + 35), "--cool-down-secs", "30")
+    trainer = json.loads((cooled / "checkpoint" / "trainer.json").read_text())
+    rows = [json.loads(ln) for ln in (cooled / "metrics.jsonl").read_text().splitlines()]
+    assert 1 <= trainer["step"] < 100000 and rows[-1]["step"] == trainer["step"]
+    assert rows[-1]["lr"] < 3e-4  # the trainer's default rate, cooled
+
 
 @pytest.mark.parametrize("every_step", [True, False], ids=["cpu_checks_each_step", "gpu_style_deferred_check"])
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, every_step):
