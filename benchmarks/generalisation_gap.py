@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -58,9 +59,8 @@ def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_s
                     raise FloatingPointError(f"{name}: non-finite loss on {root} clips {idx[i:i + batch_size]}")
                 batch_losses.append(float(loss))
         n = len(batch_losses)
-        mean = sum(batch_losses) / n
-        sd = math.sqrt(sum((x - mean) ** 2 for x in batch_losses) / (n - 1)) if n > 1 else float("nan")
-        out[name] = {"mean": mean, "stderr": sd / math.sqrt(n), "batches": n}
+        sd = statistics.stdev(batch_losses) if n > 1 else float("nan")
+        out[name] = {"mean": statistics.fmean(batch_losses), "stderr": sd / math.sqrt(n), "batches": n}
     return out
 
 

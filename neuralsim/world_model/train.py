@@ -51,7 +51,9 @@ import math
 import os
 import random
 import shutil
+import statistics
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -578,7 +580,7 @@ def train(cfg: TrainConfig) -> dict:
     first_bad = torch.full((), -1, dtype=torch.long, device=device)  # first step with a non-finite loss, or -1
     t_log, step_log = time.time(), start_step
     param_list, ema_list = list(params.values()), [ema[k] for k in params]
-    step_secs: list[float] = []  # the last steps' wall times, for the deadline's "will the next step fit?"
+    step_secs: deque[float] = deque(maxlen=20)  # the last steps' wall times: "will the next step fit the deadline?"
     if cfg.deadline is not None and time.time() >= cfg.deadline:
         log.warning("--deadline %s has passed before the first step; no step run", _iso(cfg.deadline))
         stopped_early = True
@@ -616,9 +618,9 @@ def train(cfg: TrainConfig) -> dict:
         gnorm = update(loss, param_list, opt, ema_list, step, cfg)
         bar.update(1)
         now = time.time()
-        step_secs = [*step_secs[-19:], now - t_step]
+        step_secs.append(now - t_step)
         out_of_time = cfg.max_minutes is not None and (now - t_start) / 60 >= cfg.max_minutes
-        past_deadline = cfg.deadline is not None and now + sorted(step_secs)[len(step_secs) // 2] >= cfg.deadline
+        past_deadline = cfg.deadline is not None and now + statistics.median_high(step_secs) >= cfg.deadline
         out_of_time = out_of_time or past_deadline
         if world > 1 and (cfg.max_minutes is not None or cfg.deadline is not None):
             # every rank stops at the same step, or the rest hang in DDP
