@@ -173,6 +173,9 @@ def _add_data(sub) -> None:
     g.add_argument("--full-horizon", action="store_true",
                    help="run every episode to --max-steps, the arm holding still once the expert is done (as in an "
                         "env rollout), instead of stopping a few settle steps after it is done")
+    g.add_argument("--actor", choices=("expert", "idle", "random"), default="expert",
+                   help="who acts: the scripted expert (default), or a no-skill baseline run to --max-steps: idle "
+                        "(holds still) or random (wanders); the baselines ignore --failure-share and --noise")
     g.add_argument("--frames-format", dest="frames_format", choices=("mp4", "npy"), default="mp4",
                    help="mp4 (H.264, default) or npy: raw uint8 frames, ~15x larger, for a machine without ffmpeg")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -195,7 +198,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     summary = generate(out, args.episodes, workers=args.workers, seed=args.seed,
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
                        max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood,
-                       frames_format=args.frames_format,
+                       frames_format=args.frames_format, actor=args.actor,
                        **({"settle_steps": args.max_steps} if args.full_horizon else {}))
     print(summary.format())
     return 0

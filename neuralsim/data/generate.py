@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import math
 import multiprocessing as mp
 import time
 from collections import Counter
@@ -46,6 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import kinematics as K
 from . import writer as W
 
 log = logging.getLogger(__name__)
@@ -54,11 +56,14 @@ log = logging.getLogger(__name__)
 SETTLE_STEPS = 5
 #: Parameters that define a dataset's episodes; a resume must match all of them.
 GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert",
-                   "distribution")
+                   "distribution", "actor")
 #: Values of generation parameters that datasets written before the parameter existed implicitly used
 #: (such parameters are also left out of ``meta/info.json`` when they have this value).
-GENERATION_DEFAULTS = {"distribution": "train"}
+GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert"}
 EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
+#: Who acts in the episodes: the scripted expert, or a no-skill baseline (see :class:`IdleActor`,
+#: :class:`RandomActor`) that labels what doing nothing, or flailing, looks like.
+ACTORS = ("expert", "idle", "random")
 
 
 class GenerationMismatchError(ValueError):
@@ -126,6 +131,59 @@ def run_expert(env, expert, seed: int, task: str | None, max_steps: int = 150,
     return Rollout(env.episode(), info, initial, ground_truth, steps, bool(expert.done))
 
 
+class IdleActor:
+    """Holds the arm still at its reset pose, gripper open, for the whole episode (a policy that does nothing).
+
+    No SimDROID expert ever stands still at the start, so without such episodes neither the world model
+    nor the offline judge has seen what "nothing happened" looks like (a static episode was judged level 4).
+    """
+
+    done = False
+
+    def __init__(self, seed: int | None = None):
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs: dict) -> np.ndarray:
+        return np.zeros(8, np.float32)
+
+
+class RandomActor:
+    """Wanders the arm with smoothed random joint velocities and switches the gripper now and then.
+
+    Velocities follow an AR(1) process, ``w <- 0.9 w + sqrt(1 - 0.81) u`` with ``u`` uniform in
+    [-scale, scale]^7 and ``scale`` drawn once per episode in [0.2, 0.7], so the arm drifts somewhere
+    (i.i.d. noise mostly cancels); a spring ``SPRING * (q_reset - q)`` added to ``w`` keeps it over the
+    table and in the cameras' view.  The gripper flips between open and closed with probability 0.05 per
+    step.  Seeded by the episode seed: the same episode, the same actions.
+    """
+
+    done = False
+    #: Pull towards the reset pose [velocity command per rad of joint error].
+    SPRING = 1.5
+
+    def __init__(self, seed: int | None = None):
+        self.seed = seed
+        self.reset()
+
+    def reset(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        self.scale = float(self.rng.uniform(0.2, 0.7))
+        self.velocity = np.zeros(7)
+        self.gripper = 0.0
+
+    def act(self, obs: dict) -> np.ndarray:
+        u = self.rng.uniform(-self.scale, self.scale, 7)
+        self.velocity = 0.9 * self.velocity + math.sqrt(1.0 - 0.9 ** 2) * u  # keeps u's spread
+        if self.rng.random() < 0.05:
+            self.gripper = 1.0 - self.gripper
+        q = np.asarray(obs["joint_position"], np.float64).reshape(7)
+        arm = self.velocity + self.SPRING * (np.asarray(K.RESET_JOINT_POSITION) - q)
+        return np.concatenate([np.clip(arm, -1.0, 1.0), [self.gripper]]).astype(np.float32)
+
+
 def _pose_summary(info: dict) -> dict[str, list[float]]:
     return {k: np.round(np.asarray(v, float), 4).tolist() for k, v in info["object_poses"].items()}
 
@@ -135,8 +193,13 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     from ..envs.experts import ScriptedExpert
 
     distribution = params.get("distribution", "train")
+    actor = params.get("actor", "expert")
     env = _worker_env(params["image_size"], distribution)
-    expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
+    if actor == "expert":
+        expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
+    else:  # a no-skill actor: no plan, no failure mode, no noise; it never says it is done
+        expert = (IdleActor if actor == "idle" else RandomActor)(seed=plan.seed)
+        plan = EpisodePlan(index=plan.index, seed=plan.seed, family=plan.family, failure=None, noise=0.0)
     t0 = time.perf_counter()
     r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
     ep = r.episode
@@ -144,6 +207,8 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth, frames_format=params.get("frames_format", "mp4"))
     info = r.info
     extra = {} if distribution == "train" else {"distribution": distribution}
+    if actor != "expert":
+        extra["actor"] = actor
     return W.episode_record(
         ep, plan.index, task=plan.family, family=plan.family, seed=plan.seed, success=bool(info["success"]),
         rubric_level=int(info["rubric_level"]), failure=plan.failure, noise=round(plan.noise, 6),
@@ -235,7 +300,7 @@ def summarise(records: list[dict], out: str = "", new_episodes: int = 0, seconds
 def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, failure_share: float = 0.3,
              noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
              max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
-             settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4") -> GenerationSummary:
+             settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4", actor: str = "expert") -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -255,6 +320,9 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         frames_format: ``"mp4"`` or ``"npy"`` (raw frames, no ffmpeg needed; see
             :func:`neuralsim.data.writer.write_episode`).  Not part of the dataset's identity: the
             frames are the same renders either way (the mp4s within ~45 dB of them).
+        actor: ``"expert"`` (the scripted expert, with ``failure_share`` and ``noise``), or a no-skill
+            baseline that runs every episode to ``max_steps``: ``"idle"`` (:class:`IdleActor`, holds still)
+            or ``"random"`` (:class:`RandomActor`, wanders); these ignore ``failure_share`` and ``noise``.
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -279,6 +347,10 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
               "expert": EXPERT_NAME}
     if ood:
         params["distribution"] = "ood"
+    if actor not in ACTORS:
+        raise ValueError(f"actor must be one of {ACTORS}, got {actor!r}")
+    if actor != "expert":
+        params["actor"] = actor
     if frames_format not in W.FRAMES_FORMATS:
         raise ValueError(f"frames_format must be one of {W.FRAMES_FORMATS}, got {frames_format!r}")
     root = Path(out)

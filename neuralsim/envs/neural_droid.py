@@ -459,7 +459,7 @@ class NeuralDROIDEnv(gym.Env):
     (episodes longer than the training clips keep running).  The episode record (for ``reward_fn`` and
     :meth:`episode`) grows by three 64x64 frames (37 KB) per step.  The env does not change torch's
     global state (threads, seeds); on a small shared CPU ``torch.set_num_threads(1)`` may be faster
-    (``benchmarks/env_throughput.py`` measures it).
+    (``python -m benchmarks.throughput --env`` measures it).
     {args}
 
     ## Example

@@ -292,3 +292,34 @@ def test_npy_frames_are_lossless_and_read_like_the_videos(dataset, tmp_path):
     with pytest.raises(ValueError, match="frames_format"):
         generate(tmp_path / "bad", 1, frames_format="png", **PARAMS)
     assert FRAMES_FORMATS == ("mp4", "npy")
+
+
+def test_no_skill_actors_run_to_the_horizon_and_are_labelled(tmp_path):
+    """``actor="idle"`` holds the reset pose; ``"random"`` wanders (seeded), stays near the table; both run to max_steps."""
+    from neuralsim import kinematics as K
+
+    common = dict(seed=11, families=["put_in_bowl"], max_steps=20, image_size=32, progress=False, frames_format="npy")
+    idle = generate(tmp_path / "idle", 2, actor="idle", **common)
+    assert idle.rubric_levels == {0: 2}
+    for rec in list_episodes(tmp_path / "idle"):
+        assert rec["actor"] == "idle" and rec["steps"] == 20 and rec["failure"] is None and rec["noise"] == 0.0
+    ep = read_episode(tmp_path / "idle", 0)
+    assert not ep.actions.any()
+    np.testing.assert_allclose(ep.joint_position, np.broadcast_to(K.RESET_JOINT_POSITION, (21, 7)), atol=2e-3)
+
+    generate(tmp_path / "random", 2, actor="random", **common)
+    a, b = read_episode(tmp_path / "random", 0), read_episode(tmp_path / "random", 1)
+    assert a.actions.shape == (20, 8) and np.abs(a.actions[:, :7]).max() <= 1.0
+    assert set(np.unique(a.actions[:, 7])) <= {0.0, 1.0}
+    assert np.abs(a.joint_position[-1] - a.joint_position[0]).max() > 0.02  # it moved ...
+    assert not np.allclose(a.actions, b.actions)  # ... differently per episode seed
+    again = generate(tmp_path / "random_again", 1, actor="random", **common)
+    assert again.total_episodes == 1
+    np.testing.assert_array_equal(read_episode(tmp_path / "random_again", 0).actions, a.actions)  # seeded
+    # the actor is part of the dataset's identity, and a typo is named
+    with pytest.raises(GenerationMismatchError, match="actor"):
+        generate(tmp_path / "idle", 2, actor="random", **common)
+    with pytest.raises(GenerationMismatchError, match="actor"):
+        generate(tmp_path / "idle", 2, **common)
+    with pytest.raises(ValueError, match="actor must be one of"):
+        generate(tmp_path / "x", 1, actor="monkey", **common)
