@@ -468,6 +468,46 @@ class ClipDataset:
         }
 
 
+class ConcatClipDataset:
+    """Several :class:`ClipDataset` as one: clip ``i`` runs through the parts in order.
+
+    What ``neuralsim train --data a,b`` trains on, e.g. expert episodes mixed with no-skill ones
+    (``neuralsim data generate --actor idle``).  Each part keeps its own records, windows and latent
+    cache; a uniformly drawn clip index picks each part in proportion to its number of clips.
+
+    Args:
+        parts: datasets sharing ``clip_length`` and ``image_size``.
+    """
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+        if not self.parts:
+            raise ValueError("ConcatClipDataset needs at least one dataset")
+        shapes = {(p.clip_length, p.image_size) for p in self.parts}
+        if len(shapes) != 1:
+            raise ValueError(f"the datasets disagree on (clip_length, image_size): {sorted(shapes)}")
+        self.clip_length, self.image_size = self.parts[0].clip_length, self.parts[0].image_size
+        sizes = np.array([len(p) for p in self.parts], dtype=np.int64)
+        #: first global clip index of each part
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self._len = int(sizes.sum())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(part, clip index within that part) of global clip ``index``."""
+        if not -self._len <= index < self._len:
+            raise IndexError(f"clip index {index} out of range [0, {self._len})")
+        index %= self._len
+        part = int(np.searchsorted(self.offsets, index, side="right")) - 1
+        return part, index - int(self.offsets[part])
+
+    def __getitem__(self, index: int) -> dict:
+        part, local = self.locate(int(index))
+        return self.parts[part][local]
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())

@@ -141,3 +141,28 @@ class LatentStore:
         c = self.cond.index_select(0, rows)
         return (z.view(len(indices), T, *z.shape[1:]).to(device),
                 c.view(len(indices), T, -1).to(device))
+
+
+class ConcatLatents:
+    """One :class:`LatentStore` per part of a :class:`~neuralsim.data.reader.ConcatClipDataset`, indexed
+    like the concatenation (each part keeps its cache under its own root)."""
+
+    def __init__(self, dataset, stores: list[LatentStore]):
+        if len(stores) != len(dataset.parts):
+            raise ValueError(f"{len(dataset.parts)} dataset parts but {len(stores)} latent stores")
+        self.dataset, self.stores = dataset, list(stores)
+
+    def get(self, indices: list[int], device):
+        """As :meth:`LatentStore.get`: (B, T, V, C, h, w) latents and (B, T, 7) conditioning, in order."""
+        import torch
+
+        where = [self.dataset.locate(int(i)) for i in indices]
+        z: list = [None] * len(indices)
+        c: list = [None] * len(indices)
+        for part, store in enumerate(self.stores):
+            rows = [j for j, (p, _) in enumerate(where) if p == part]
+            if rows:
+                zp, cp = store.get([where[j][1] for j in rows], device)
+                for k, j in enumerate(rows):
+                    z[j], c[j] = zp[k], cp[k]
+        return torch.stack(z), torch.stack(c)

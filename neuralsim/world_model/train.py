@@ -73,7 +73,8 @@ class TrainConfig:
     objective: str = "diffusion_forcing"
     """DiT objective, see :data:`neuralsim.world_model.objectives.OBJECTIVES`."""
     data: str = "synthetic"
-    """Dataset root for ``neuralsim.data.reader.ClipDataset``, or ``synthetic[:N]``."""
+    """Dataset root for ``neuralsim.data.reader.ClipDataset``, several joined by commas (a
+    ``ConcatClipDataset``: clips drawn uniformly over all of them), or ``synthetic[:N]``."""
     out: str = "runs/world_model"
     """Output directory (model/, checkpoint/, metrics.jsonl, samples/)."""
     init_from: str | None = None
@@ -147,7 +148,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     d = TrainConfig()
     parser.add_argument("--stage", choices=STAGES, default=d.stage)
     parser.add_argument("--objective", choices=sorted(OBJECTIVES), default=d.objective)
-    parser.add_argument("--data", default=d.data, help="dataset root, or 'synthetic[:N]'")
+    parser.add_argument("--data", default=d.data,
+                        help="dataset root, several roots joined by commas (their clips mixed, e.g. expert and "
+                             "idle episodes), or 'synthetic[:N]'")
     parser.add_argument("--out", default=d.out)
     parser.add_argument("--init-from", dest="init_from", default=None)
     parser.add_argument("--config", choices=PRESETS, default=d.config)
@@ -235,12 +238,20 @@ def main(argv: list[str] | None = None) -> int:
 
 # ----------------------------------------------------------------------------- data
 def open_dataset(spec: str, clip_length: int, image_size: int, seed: int = 0):
-    """``synthetic[:N]`` -> :class:`SyntheticClipDataset`; anything else -> ``ClipDataset(spec, ...)``."""
+    """``synthetic[:N]`` -> :class:`SyntheticClipDataset`; ``a,b,...`` -> a ``ConcatClipDataset`` of the
+    roots; anything else -> ``ClipDataset(spec, ...)``."""
     if spec == "synthetic" or spec.startswith("synthetic:"):
         from .synthetic import SyntheticClipDataset
 
         n = int(spec.split(":", 1)[1]) if ":" in spec else 64
         return SyntheticClipDataset(num_clips=n, clip_length=clip_length, image_size=image_size, seed=seed)
+    if "," in spec:
+        from neuralsim.data.reader import ConcatClipDataset
+
+        roots = [r.strip() for r in spec.split(",")]
+        if not all(roots) or any(r.startswith("synthetic") for r in roots):
+            raise ValueError(f"--data {spec!r}: give dataset roots separated by commas, none empty or synthetic")
+        return ConcatClipDataset([open_dataset(r, clip_length, image_size, seed) for r in roots])
     if not Path(spec).exists():
         raise FileNotFoundError(f"--data {spec!r} does not exist (give a dataset root or 'synthetic[:N]')")
     try:
@@ -512,7 +523,12 @@ def train(cfg: TrainConfig) -> dict:
     image_size = wm_cfg.autoencoder.image_size
     memo = None
     if cfg.stage in ("dit", "decoder"):
-        if cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
+        if cfg.latent_disk_cache and hasattr(dataset, "parts"):
+            from .latents import ConcatLatents, LatentStore
+
+            memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device, progress=cfg.progress and is_main)
+                                           for part in dataset.parts])
+        elif cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
             from .latents import LatentStore
 
             memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main)

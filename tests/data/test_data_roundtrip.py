@@ -323,3 +323,51 @@ def test_no_skill_actors_run_to_the_horizon_and_are_labelled(tmp_path):
         generate(tmp_path / "idle", 2, **common)
     with pytest.raises(ValueError, match="actor must be one of"):
         generate(tmp_path / "x", 1, actor="monkey", **common)
+
+
+def test_concatenated_datasets_train_on_both_with_their_own_latent_caches(dataset, tmp_path):
+    """``--data a,b``: clips run through both datasets in order; each keeps its latents; training runs on the mix."""
+    import shutil
+
+    import torch
+
+    from neuralsim.data.reader import ConcatClipDataset
+    from neuralsim.world_model.config import preset
+    from neuralsim.world_model.latents import LATENT_CACHE_DIR, ConcatLatents, LatentStore
+    from neuralsim.world_model.model import WorldModel
+    from neuralsim.world_model.train import TrainConfig, open_dataset, train
+
+    expert = tmp_path / "expert"
+    shutil.copytree(dataset, expert)
+    idle = tmp_path / "idle"
+    generate(idle, 1, actor="idle", seed=3, families=["stack"], max_steps=12, image_size=64, progress=False)
+    mix = open_dataset(f"{expert}, {idle}", clip_length=6, image_size=16)
+    a, b = ClipDataset(expert, clip_length=6, image_size=16), ClipDataset(idle, clip_length=6, image_size=16)
+    assert isinstance(mix, ConcatClipDataset) and len(mix) == len(a) + len(b)
+    assert mix.locate(len(a) - 1) == (0, len(a) - 1) and mix.locate(len(a)) == (1, 0) and mix.locate(-1) == (1, len(b) - 1)
+    np.testing.assert_array_equal(mix[len(a) + 1]["frames"].numpy(), b[1]["frames"].numpy())
+    with pytest.raises(IndexError, match="out of range"):
+        mix.locate(len(mix))
+
+    torch.manual_seed(0)
+    ae = WorldModel(preset("tiny")).autoencoder.eval()
+    stores = [LatentStore(ae, part, progress=False) for part in mix.parts]
+    latents = ConcatLatents(mix, stores)
+    order = [len(a), 0, len(a) + 1, 1]  # interleaved parts come back in the asked order
+    z, cond = latents.get(order, "cpu")
+    za, ca = stores[0].get([0, 1], "cpu")
+    zb, cb = stores[1].get([0, 1], "cpu")
+    torch.testing.assert_close(z, torch.stack([zb[0], za[0], zb[1], za[1]]))
+    torch.testing.assert_close(cond, torch.stack([cb[0], ca[0], cb[1], ca[1]]))
+    torch.testing.assert_close(cond[0], cond[0, :1].expand_as(cond[0]), atol=1e-3, rtol=0)  # the idle arm stays put
+
+    out = tmp_path / "run"
+    train(TrainConfig(stage="dit", objective="diffusion_forcing", data=f"{expert},{idle}", out=str(out), config="tiny",
+                      steps=2, batch_size=2, log_every=1, checkpoint_every=2, sample_every=-1, progress=False))
+    assert (out / "model" / "model.safetensors").is_file()
+    for root in (expert, idle):  # both datasets got the trained model's latents cached under their own root
+        assert list((root / LATENT_CACHE_DIR).glob("*/episode_*.npz"))
+    with pytest.raises(ValueError, match="separated by commas"):
+        open_dataset(f"{expert},", clip_length=6, image_size=16)
+    with pytest.raises(ValueError, match="disagree"):
+        ConcatClipDataset([a, ClipDataset(idle, clip_length=4, image_size=16)])
