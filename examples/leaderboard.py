@@ -18,6 +18,7 @@ A policy of your own is one more entry in ``players``: anything with ``reset(ins
 from __future__ import annotations
 
 import argparse
+from contextlib import closing
 from typing import Callable
 
 import gymnasium as gym
@@ -77,25 +78,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=None, help="world-model directory or hub id (default: shipped)")
     args = p.parse_args(argv)
 
-    env = gym.make_vec("NeuralDROID-v0", num_envs=args.episodes, checkpoint=args.checkpoint,
-                       max_episode_steps=args.steps)
-    specs = [env.unwrapped.episodes.resolve(i) for i in range(args.episodes)]
-    sim = SimDROIDEnv(image_size=64, reward_fn=None)
-    players: dict[str, Callable[[dict], Policy]] = {
-        "expert (recorded)": recorded(sim, "expert", args.steps),
-        "noisy-0.6 (recorded)": recorded(sim, "noisy-0.6", args.steps),
-        "zero": lambda meta: make_policy("zero"),
-        "random": lambda meta: make_policy("random", seed=meta["seed"], scale=0.5),
-    }
-    table = []
-    for name, make in players.items():
-        reward, actions = play(env, [make(s.metadata) for s in specs], args.steps)
-        truth = [replay_in_sim(sim, s.metadata["seed"], s.metadata["task"], a)[0] for s, a in zip(specs, actions)]
-        levels = np.array([t["rubric_level"] for t in truth], float)
-        table.append((name, float(np.mean(reward)), float(levels.mean()), float(np.mean(levels == 5))))
-        print(f"played {name}: judged {np.round(reward, 1).tolist()}, SimDROID levels {levels.astype(int).tolist()}")
-    env.close()
-    sim.close()
+    vector_env = gym.make_vec("NeuralDROID-v0", num_envs=args.episodes, checkpoint=args.checkpoint,
+                              max_episode_steps=args.steps)
+    with closing(vector_env) as env, SimDROIDEnv(image_size=64, reward_fn=None) as sim:
+        specs = [env.unwrapped.episodes.resolve(i) for i in range(args.episodes)]
+        players: dict[str, Callable[[dict], Policy]] = {
+            "expert (recorded)": recorded(sim, "expert", args.steps),
+            "noisy-0.6 (recorded)": recorded(sim, "noisy-0.6", args.steps),
+            "zero": lambda meta: make_policy("zero"),
+            "random": lambda meta: make_policy("random", seed=meta["seed"], scale=0.5),
+        }
+        table = []
+        for name, make in players.items():
+            reward, actions = play(env, [make(s.metadata) for s in specs], args.steps)
+            truth = [replay_in_sim(sim, s.metadata["seed"], s.metadata["task"], a)[0] for s, a in zip(specs, actions)]
+            levels = np.array([t["rubric_level"] for t in truth], float)
+            table.append((name, float(np.mean(reward)), float(levels.mean()), float(np.mean(levels == 5))))
+            print(f"played {name}: judged {np.round(reward, 1).tolist()}, "
+                  f"SimDROID levels {levels.astype(int).tolist()}")
 
     table.sort(key=lambda row: -row[1])
     print(f"\n{'rank':<5} {'policy':<22} {'judged (0-5)':>12} {'true level':>11} {'true success':>13}")

@@ -37,22 +37,21 @@ def main(argv: list[str] | None = None) -> int:
 
     # NeuralDROIDEnv(max_episode_steps=...) rather than gym.make: the env's own horizon decides when the
     # judge runs, and both twins must stop at the same step
-    world = NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps)
-    sim = SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=args.steps)
-    spec = world.episodes.resolve(args.episode)
-    seed, task = spec.metadata["seed"], spec.metadata["task"]
-    plan = expert_plan(sim, seed, task, args.steps)
-    families = args.families or [f for f in PERTURBATIONS if task in PERTURBATIONS[f].task_families]
-    print(f"{spec.name}: {spec.instruction!r}; the expert's plan has {len(plan)} actions")
-
-    rows = []
-    for family in [None] + families:
-        wrap = (lambda env: env) if family is None else (
-            lambda env: apply_perturbation(env, family, severity=args.severity))
-        policy = make_policy("replay", actions=plan)
-        truth = run_episode(wrap(sim), policy, seed=seed, options={"task": task})
-        dream = run_episode(wrap(world), policy, seed=0, options={"episode": spec.name})
-        rows.append((family or "none (clean plan)", int(truth.info["rubric_level"]), dream.reward))
+    with NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps) as world, \
+            SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=args.steps) as sim:
+        spec = world.episodes.resolve(args.episode)
+        seed, task = spec.metadata["seed"], spec.metadata["task"]
+        plan = expert_plan(sim, seed, task, args.steps)
+        families = args.families or [f for f in PERTURBATIONS if task in PERTURBATIONS[f].task_families]
+        print(f"{spec.name}: {spec.instruction!r}; the expert's plan has {len(plan)} actions")
+        rows = []
+        for family in [None] + families:
+            wrap = (lambda env: env) if family is None else (
+                lambda env: apply_perturbation(env, family, severity=args.severity))
+            policy = make_policy("replay", actions=plan)
+            truth = run_episode(wrap(sim), policy, seed=seed, options={"task": task})
+            dream = run_episode(wrap(world), policy, seed=0, options={"episode": spec.name})
+            rows.append((family or "none (clean plan)", int(truth.info["rubric_level"]), dream.reward))
 
     print(f"\n{'perturbation':<22} {'SimDROID level':>14} {'judged in world model':>22}  verdict")
     for name, level, judged in rows:
@@ -61,10 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             verdict = "optimistic: the world model let it succeed" if judged >= 4.5 else "failure preserved"
         print(f"{name:<22} {level:>14d} {judged:>22.1f}  {verdict}")
-    world.close()
-    sim.close()
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -77,28 +77,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the world model's noise")
     args = p.parse_args(argv)
 
-    env = NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps)
-    spec = env.episodes.resolve(args.episode)
-    print(f"episode {spec.name}: {spec.instruction!r}")
-    result = run_episode(env, ReachAndGrasp(), seed=args.seed, options={"episode": spec.name})
-    judgement = result.info.get("judgement")
-    print(f"NeuralDROID: {result.steps} steps, {result.num_queries} policy queries, "
-          f"judged {result.reward:.1f} / 5")
-    if judgement is not None and judgement.rationale:
-        print(f"  judge's rationale: {judgement.rationale}")
-
-    sim = SimDROIDEnv(image_size=64, reward_fn=None)
-    truth, sim_episode = replay_in_sim(sim, spec.metadata["seed"], spec.metadata["task"], result.actions)
+    with NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps) as env, \
+            SimDROIDEnv(image_size=64, reward_fn=None) as sim:
+        spec = env.episodes.resolve(args.episode)
+        print(f"episode {spec.name}: {spec.instruction!r}")
+        result = run_episode(env, ReachAndGrasp(), seed=args.seed, options={"episode": spec.name})
+        judgement = result.info.get("judgement")
+        print(f"NeuralDROID: {result.steps} steps, {result.num_queries} policy queries, "
+              f"judged {result.reward:.1f} / 5")
+        if judgement is not None and judgement.rationale:
+            print(f"  judge's rationale: {judgement.rationale}")
+        truth, sim_episode = replay_in_sim(sim, spec.metadata["seed"], spec.metadata["task"], result.actions)
     print(f"SimDROID replay of the same actions: rubric level {truth['rubric_level']} "
           f"(5 success, 4 touched, 2 approached, 0 nothing)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     video = write_video(str(out / f"rollout_{spec.name}.mp4"), side_by_side_frames(result.episode, sim_episode))
     print(f"video (world model | simulator): {video}")
-    env.close()
-    sim.close()
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -37,38 +37,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=None, help="world-model directory or hub id (default: shipped)")
     args = p.parse_args(argv)
 
-    env = NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps)
-    spec = env.episodes.resolve(args.episode)
-    sim = SimDROIDEnv(image_size=64, reward_fn=None)
-    server = None
-    if args.connect is None:
-        plan = expert_plan(sim, spec.metadata["seed"], spec.metadata["task"], args.steps)
-        server = PolicyServer(make_policy("replay", actions=plan, horizon=args.replan_every), port=0).start()
-        address = f"127.0.0.1:{server.port}"
-        print(f"serving the expert plan ({len(plan)} actions) on ws://{address}")
-    else:
-        address = args.connect
-    client = make_policy(f"openpi:{address}")
-    print(f"connected to ws://{address}; server metadata {client.metadata}")
-
-    t0 = time.perf_counter()
-    try:
-        result = run_episode(env, client, replan_every=args.replan_every, seed=0, options={"episode": spec.name})
-    finally:
-        client.close()
-        if server is not None:
-            server.shutdown()
-    seconds = time.perf_counter() - t0
+    with NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps) as env, \
+            SimDROIDEnv(image_size=64, reward_fn=None) as sim:
+        spec = env.episodes.resolve(args.episode)
+        server = None
+        if args.connect is None:
+            plan = expert_plan(sim, spec.metadata["seed"], spec.metadata["task"], args.steps)
+            server = PolicyServer(make_policy("replay", actions=plan, horizon=args.replan_every), port=0).start()
+            address = f"127.0.0.1:{server.port}"
+            print(f"serving the expert plan ({len(plan)} actions) on ws://{address}")
+        else:
+            address = args.connect
+        t0 = time.perf_counter()
+        try:
+            client = make_policy(f"openpi:{address}")
+            print(f"connected to ws://{address}; server metadata {client.metadata}")
+            try:
+                result = run_episode(env, client, replan_every=args.replan_every, seed=0,
+                                     options={"episode": spec.name})
+            finally:
+                client.close()
+        finally:
+            if server is not None:
+                server.shutdown()
+        seconds = time.perf_counter() - t0
+        truth, _ = replay_in_sim(sim, spec.metadata["seed"], spec.metadata["task"], result.actions)
     print(f"{spec.name} ({spec.instruction!r}): {result.steps} steps in {seconds:.1f} s, "
           f"{result.num_queries} queries, {1000 * result.infer_seconds / max(result.num_queries, 1):.1f} ms each "
           f"round trip")
-    truth, _ = replay_in_sim(sim, spec.metadata["seed"], spec.metadata["task"], result.actions)
     print(f"judged inside the world model: {result.reward:.1f} / 5; the same actions in SimDROID: "
           f"rubric level {truth['rubric_level']}")
-    env.close()
-    sim.close()
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
