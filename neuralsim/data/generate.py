@@ -13,6 +13,14 @@ then ``settle_steps`` more steps (so the outcome is visible), or until ``max_ste
 (``success``, ``rubric_level``) are the simulator's ground truth at the last step -- a
 failure-labelled episode can still succeed, and a clean one can fail; both are kept.
 
+``actor="idle"`` or ``"random"`` (``--actor``) replaces the expert by a no-skill baseline that runs every
+episode to ``max_steps`` (:class:`IdleActor`, :class:`RandomActor`): what a policy that does nothing, or
+flails, looks like, which no expert episode shows.  The judge is trained on such episodes and the
+fidelity benchmark measures on them (``docs/FIDELITY.md``, "No-skill episodes in the world model")::
+
+    neuralsim data generate --episodes 60 --out data/simdroid_idle --actor idle --seed 5000000
+    neuralsim data generate --episodes 120 --out data/simdroid_random --actor random --seed 5100000
+
 ``ood=True`` (``--ood`` on the command line) generates the out-of-distribution split: every episode
 runs in ``SimDROIDEnv(distribution="ood")`` (cube colours outside the training palette, target cube
 outside the training region); the dataset's ``generation`` parameters and every record say
