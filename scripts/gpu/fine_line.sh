@@ -13,6 +13,9 @@
 #      last $COOL_SECS s (the trainer's --deadline and --cool-down-secs: one run, no guess at its speed);
 #   5. beside 3-4: the decoder pruned to one ResNet per level and trained on the frozen encoder's latents;
 #   6. the cooled DiT + the pruned decoder, written in float16 to $RUNS/final (window: twice the clip).
+# NOSKILL=1 adds no-skill episodes to the DiT stages' data (neuralsim data generate --actor idle|random, EPISODES/12
+# idle and EPISODES/6 random, seeds 5,000,000+ / 5,100,000+; --data DATA,DATA_idle,DATA_random): the world model
+# then sees actions no expert takes (docs/FIDELITY.md, "No-skill episodes in the world model").
 # Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
 # COMPILE=1 runs the DiT stages under torch.compile (--compile; untried on a GPU so far: compare the logged
 # s_per_step with an earlier call's before keeping it).
@@ -38,6 +41,16 @@ DIT_EXTRA=(); [ -z "${COMPILE:-}" ] || DIT_EXTRA=(--compile)
 log "data: $EPISODES episodes -> $DATA"
 $PY -m neuralsim.cli data generate "$DATA" --episodes "$EPISODES" --workers "$WORKERS" --frames-format npy \
     --no-progress | tail -4
+DIT_DATA="$DATA"
+if [ -n "${NOSKILL:-}" ]; then
+  idle=$(( EPISODES / 12 > 0 ? EPISODES / 12 : 1 )); random=$(( EPISODES / 6 > 0 ? EPISODES / 6 : 1 ))
+  log "no-skill data: $idle idle -> ${DATA}_idle, $random random -> ${DATA}_random"
+  $PY -m neuralsim.cli data generate "${DATA}_idle" --actor idle --seed 5000000 --episodes "$idle" \
+      --workers "$WORKERS" --frames-format npy --no-progress | tail -1
+  $PY -m neuralsim.cli data generate "${DATA}_random" --actor random --seed 5100000 --episodes "$random" \
+      --workers "$WORKERS" --frames-format npy --no-progress | tail -1
+  DIT_DATA="$DATA,${DATA}_idle,${DATA}_random"
+fi
 
 if [ -n "${INIT:-}" ]; then  # continue a fine model (e.g. the last call's snapshot): Step Forcing only
   mkdir -p "$RUNS/df" && rm -rf "$RUNS/df/model" && cp -r "$INIT" "$RUNS/df/model"
@@ -57,7 +70,7 @@ fi
 
 log "Diffusion Forcing -> $RUNS/df ${SHAPE[*]}"
 $PY -m neuralsim.world_model.train --stage dit --objective diffusion_forcing --autoencoder-from "${AE_FROM:-$RUNS/ae/model}" \
-    --config fine "${SHAPE[@]}" --data "$DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" \
+    --config fine "${SHAPE[@]}" --data "$DIT_DATA" --out "$RUNS/df" --steps "$DF_STEPS" --max-minutes "$DF_MIN" \
     --batch-size "$BS" --lr "$LR" --warmup 200 "${COMMON[@]}" "${DIT_EXTRA[@]}"
 fi
 
@@ -73,7 +86,7 @@ dec=$!
 fi
 
 log "Step Forcing to $(date -u -d @$(( END - FINAL_SECS )) +%T), the last $COOL_SECS s cooling down -> $RUNS/sf"
-$PY -m neuralsim.world_model.train --stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DATA" \
+$PY -m neuralsim.world_model.train --stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DIT_DATA" \
     --out "$RUNS/sf" --batch-size "$BS" --lr "$LR" --warmup 100 --steps 10000000 --deadline $(( END - FINAL_SECS )) \
     --cool-down-secs "$COOL_SECS" "${COMMON[@]}" "${DIT_EXTRA[@]}"
 
