@@ -49,7 +49,7 @@ import multiprocessing as mp
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -207,7 +207,7 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
     else:  # a no-skill actor: no plan, no failure mode, no noise; it never says it is done
         expert = (IdleActor if actor == "idle" else RandomActor)(seed=plan.seed)
-        plan = EpisodePlan(index=plan.index, seed=plan.seed, family=plan.family, failure=None, noise=0.0)
+        plan = replace(plan, failure=None, noise=0.0)
     t0 = time.perf_counter()
     r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
     ep = r.episode
