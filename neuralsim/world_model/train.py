@@ -635,6 +635,9 @@ def train(cfg: TrainConfig) -> dict:
         bar.update(1)
         now = time.time()
         step_secs.append(now - t_step)
+        if cfg.deadline is not None and step % 10 == 0:  # the bar's total: the steps the deadline leaves room for
+            bar.total = min(cfg.steps, step + int(max(0.0, cfg.deadline - now) / statistics.median_high(step_secs)))
+            bar.refresh()
         out_of_time = cfg.max_minutes is not None and (now - t_start) / 60 >= cfg.max_minutes
         past_deadline = cfg.deadline is not None and now + statistics.median_high(step_secs) >= cfg.deadline
         out_of_time = out_of_time or past_deadline
@@ -658,8 +661,7 @@ def train(cfg: TrainConfig) -> dict:
                 with metrics_path.open("a") as f:
                     f.write(json.dumps(last) + "\n")
         if save_now:
-            recipe_now = {**recipe, count_key: prior_steps + step}
-            save_checkpoint(out, model, ema, opt, step, cfg, recipe_now)
+            save_checkpoint(out, model, ema, opt, step, cfg, _recipe_at(recipe, count_key, prior_steps, step))
         if is_main and cfg.sample_every > 0 and step % cfg.sample_every == 0 and step != cfg.steps:
             _write_sample(out, cfg, dataset, step)
         if out_of_time:
@@ -671,7 +673,7 @@ def train(cfg: TrainConfig) -> dict:
             break
     bar.close()
     if is_main and step == start_step and ckpt is None:
-        save_checkpoint(out, model, ema, opt, step, cfg, {**recipe, count_key: prior_steps + step})
+        save_checkpoint(out, model, ema, opt, step, cfg, _recipe_at(recipe, count_key, prior_steps, step))
     if is_main and cfg.sample_every >= 0 and not stopped_early and step > start_step:
         _write_sample(out, cfg, dataset, step)
     if world > 1:
@@ -682,6 +684,16 @@ def train(cfg: TrainConfig) -> dict:
         dist.barrier()
         dist.destroy_process_group()
     return {"step": step, "last": last, "model": str(out / "model"), "stopped_early": stopped_early}
+
+
+def _recipe_at(recipe: dict, count_key: str, prior_steps: int, step: int) -> dict:
+    """The recipe a checkpoint taken after ``step`` steps of this stage holds: the stage's count over the model's
+    history, and in the stage's own entry ``steps_run``, the steps it actually ran (its ``steps`` is the budget
+    it was given, which a ``--deadline`` or ``--max-minutes`` run may end far short of)."""
+    stages = list(recipe.get("stages", []))
+    if stages:
+        stages[-1] = {**stages[-1], "steps_run": step}
+    return {**recipe, count_key: prior_steps + step, "stages": stages}
 
 
 def _iso(unix: float) -> str:

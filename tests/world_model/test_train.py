@@ -42,6 +42,7 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
         assert torch.equal(x, y), k
     # the recipe names the budget of the resumed run, not the 3 steps of the first invocation
     assert b.config.recipe["stages"][-1]["steps"] == 6
+    assert b.config.recipe["stages"][-1]["steps_run"] == 6
     assert b.config.recipe["dit_step_forcing_steps"] == 6
     assert len(b.config.recipe["stages"]) == len(a.config.recipe["stages"])
 
@@ -58,6 +59,8 @@ def test_more_of_a_stage_continues_its_step_count(tmp_path):
     assert wm.config.recipe["dit_step_forcing_steps"] == 10
     assert wm.config.recipe["stages"][-1]["continues_from_step"] == 6
     assert wm.config.recipe["stages"][-1]["steps"] == 4
+    assert wm.config.recipe["stages"][-1]["steps_run"] == 4
+    assert wm.config.recipe["stages"][-2]["steps_run"] == 6  # the first model's own stage keeps its count
     assert [s["objective"] for s in wm.config.recipe["stages"]][-2:] == ["step_forcing", "step_forcing"]
 
 
@@ -149,16 +152,19 @@ def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
     assert trainer["step"] == 1
 
 
-def test_deadline_stops_before_it_and_cools_the_learning_rate_down(tmp_path):
+def test_deadline_stops_before_it_and_cools_the_learning_rate_down(tmp_path, capfd):
     """``--deadline``: the run ends, checkpoint and model written, before the wall-clock end (start-up included);
-    ``--cool-down-secs`` anneals the rate towards that end, so the last logged rates fall below the base rate."""
+    ``--cool-down-secs`` anneals the rate towards that end, so the last logged rates fall below the base rate.
+    The progress bar's total is the steps the deadline leaves room for, not the far larger step budget."""
     import time
 
     start = time.time()
     deadline = start + 6.0
     summary = train(_cfg(tmp_path / "d", steps=10**6, deadline=deadline, cool_down_secs=4.0, lr=1e-3,
-                         checkpoint_every=10**6, num_threads=1))
+                         checkpoint_every=10**6, num_threads=1, progress=True))
     ended = time.time()
+    bar = capfd.readouterr().err.split("\r")[-1]
+    assert f"{summary['step']}/" in bar and "/1000000" not in bar, bar
     assert summary["stopped_early"] and 1 <= summary["step"] < 10**6
     assert ended < deadline + 3.0  # the last step and the final write; nothing after the deadline starts a step
     trainer = json.loads((tmp_path / "d" / "checkpoint" / "trainer.json").read_text())
@@ -170,6 +176,9 @@ def test_deadline_stops_before_it_and_cools_the_learning_rate_down(tmp_path):
     wm = WorldModel.from_pretrained(tmp_path / "d" / "model")
     assert wm.config.recipe["stages"][-1]["cool_down_secs"] == 4.0
     assert wm.config.recipe["dit_step_forcing_steps"] == summary["step"]
+    # the stage records the steps it ran beside the budget it was given
+    assert wm.config.recipe["stages"][-1]["steps"] == 10**6
+    assert wm.config.recipe["stages"][-1]["steps_run"] == summary["step"]
 
 
 def test_a_deadline_already_past_runs_no_step_and_bad_values_are_refused(tmp_path):
@@ -185,6 +194,7 @@ def test_a_deadline_already_past_runs_no_step_and_bad_values_are_refused(tmp_pat
     assert not (late / "metrics.jsonl").exists() or not (late / "metrics.jsonl").read_text().strip()
     a, b = WorldModel.from_pretrained(first / "model"), WorldModel.from_pretrained(late / "model")
     assert all(torch.equal(x, b.state_dict()[k]) for k, x in a.state_dict().items())  # nothing trained
+    assert b.config.recipe["stages"][-1]["steps_run"] == 0 and b.config.recipe["dit_step_forcing_steps"] == 2
     with pytest.raises(ValueError, match="give a --deadline"):
         train(_cfg(tmp_path / "x", cool_down_secs=10.0))
     with pytest.raises(ValueError, match="cool_down_secs must be >= 0"):
