@@ -8,7 +8,8 @@ Usage::
 A falling training loss with flat fidelity numbers can mean the DiT memorises its training episodes.
 This measures that directly: the same objectives the trainer minimises (Step Forcing and Diffusion
 Forcing at the trained noise levels), with the weights frozen, on ``--clips`` random 16-frame clips of
-each dataset, under the same noise draws.  Both datasets are read through the model's own latent store
+each dataset, under the same noise draws, in all and per camera view (which view the error comes from).
+Both datasets are read through the model's own latent store
 (:class:`~neuralsim.world_model.latents.LatentStore`; the held-out split is encoded on first use).  The
 gap is ``heldout / train - 1``; each mean comes with its standard error over the batches, so a gap
 inside ~2 standard errors is noise.  JSON goes to ``benchmarks/results/generalisation_gap.json``.
@@ -48,20 +49,29 @@ def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_s
     out = {"dataset": str(root), "clips": len(idx), "noise_draws": noise_draws}
     for name in objectives:
         fn, kw = get_objective(name)
-        batch_losses = []
+        batch_losses, view_losses = [], {}
         for k in range(noise_draws):
             ng = torch.Generator().manual_seed(seed * 1000 + 1 + k)
             for i in range(0, len(idx), batch_size):
                 z, cond = store.get(idx[i:i + batch_size], wm.device)
                 with torch.no_grad():
-                    loss, _ = fn(wm.dit, wm.normalise(z), cond, wm.config.schedule, generator=ng, **kw)
+                    loss, metrics = fn(wm.dit, wm.normalise(z), cond, wm.config.schedule, generator=ng, **kw)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"{name}: non-finite loss on {root} clips {idx[i:i + batch_size]}")
                 batch_losses.append(float(loss))
+                for v in range(z.shape[2]):
+                    view_losses.setdefault(_view_name(v, z.shape[2]), []).append(float(metrics[f"loss_view{v}"]))
         n = len(batch_losses)
         sd = statistics.stdev(batch_losses) if n > 1 else float("nan")
-        out[name] = {"mean": statistics.fmean(batch_losses), "stderr": sd / math.sqrt(n), "batches": n}
+        out[name] = {"mean": statistics.fmean(batch_losses), "stderr": sd / math.sqrt(n), "batches": n,
+                     "per_view": {v: statistics.fmean(ls) for v, ls in view_losses.items()}}
     return out
+
+
+def _view_name(i: int, n_views: int) -> str:
+    from neuralsim.episode import VIEW_NAMES
+
+    return VIEW_NAMES[i] if n_views == len(VIEW_NAMES) else f"view{i}"
 
 
 def compare(train: dict, heldout: dict, objectives=OBJECTIVES) -> dict:
@@ -114,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         a, b, d = rows["train"][name], rows["heldout"][name], gap[name]
         print(f"{name:28} {a['mean']:.5f}±{a['stderr']:.5f} {b['mean']:.5f}±{b['stderr']:.5f} "
               f"{100 * d['relative_gap']:+6.1f}±{100 * d['stderr']:.1f}%")
+    print("\nper view (where the error comes from):")
+    for name in OBJECTIVES:
+        for view in rows["train"][name]["per_view"]:
+            a, b = rows["train"][name]["per_view"][view], rows["heldout"][name]["per_view"][view]
+            print(f"  {name:28} {view:24} {a:.5f} {b:.5f} {100 * (b / a - 1):+6.1f}%")
     report = {"checkpoint": args.checkpoint, "seed": args.seed, **rows, "gap": gap,
               "seconds": round(time.time() - t0, 1), "threads": torch.get_num_threads()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

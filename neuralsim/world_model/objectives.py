@@ -7,7 +7,9 @@ frame (noise level 0, never noised, not in the loss); frames 1..T-1 (N = T - 1 o
 taken as a mean over elements (a constant factor).  Random numbers are drawn from ``generator`` in a
 fixed order documented per objective, so fixed seeds give fixed losses.  Each objective returns
 ``(loss, metrics)``; the metrics are detached 0-dim tensors on the loss's device, read by the trainer
-only when it writes a log line (a read makes the host wait for a GPU).
+only when it writes a log line (a read makes the host wait for a GPU).  Besides ``loss`` they hold
+``loss_view<i>``, the same mean over view ``i``'s elements alone (views in the data's order, e.g.
+:data:`neuralsim.episode.VIEW_NAMES`): which camera the error comes from.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
     eps = torch.randn(x[:, 1:].shape, generator=generator, device=_gdev(generator)).to(dev)
     x_t = _noisy(x[:, 1:], eps, t)
     v = model(_with_context(x[:, :1], x_t), _t_with_context(t), cond)[:, 1:]
-    loss = (v.float() - (eps - x[:, 1:])).pow(2).mean()
-    return loss, {"loss": loss.detach()}
+    err = (v.float() - (eps - x[:, 1:])).pow(2)
+    loss = err.mean()
+    return loss, {"loss": loss.detach(), **_per_view(err)}
 
 
 def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
@@ -94,8 +97,15 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
         x_prior = x_k
     v2 = model(_with_context(x[:, :1], x_prior), _t_with_context(t_prior), cond)[:, 1:]
     x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
-    loss = (x[:, 1:] - x_hat).pow(2).mean()
-    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean()}
+    err = (x[:, 1:] - x_hat).pow(2)
+    loss = err.mean()
+    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **_per_view(err)}
+
+
+def _per_view(err: torch.Tensor) -> dict:
+    """``loss_view<i>``: the mean of squared errors ``err`` (B, N, V, C, h, w) over view i's elements."""
+    per_view = err.detach().mean(dim=(0, 1, 3, 4, 5))
+    return {f"loss_view{i}": per_view[i] for i in range(per_view.shape[0])}
 
 
 def _gdev(generator: torch.Generator | None) -> torch.device:

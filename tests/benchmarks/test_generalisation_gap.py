@@ -29,6 +29,13 @@ def test_same_clips_and_noise_give_no_gap_and_other_episodes_do(tiny_checkpoint,
     assert a == again  # clips and noise depend only on the seed
     assert a["clips"] == 6 and a["step_forcing"]["batches"] == 4  # 2 batches (4 + 2 clips) x 2 draws
     assert a["step_forcing"]["mean"] > 0 and a["step_forcing"]["stderr"] >= 0
+    # every view has the same number of elements, so the per-view means average to the whole mean
+    from neuralsim.episode import VIEW_NAMES
+
+    for name in G.OBJECTIVES:
+        per_view = a[name]["per_view"]
+        assert tuple(per_view) == VIEW_NAMES and len(set(per_view.values())) == 3
+        assert sum(per_view.values()) / 3 == pytest.approx(a[name]["mean"], rel=1e-5)
     same = G.compare(a, again)
     assert all(v["relative_gap"] == 0.0 for v in same.values())
     b = G.objective_losses(wm, datasets["heldout"], clips=6, noise_draws=2, batch_size=4)
@@ -47,7 +54,9 @@ def test_cli_writes_the_report_and_refuses_a_missing_dataset(tiny_checkpoint, da
     report = json.loads(out.read_text())
     assert set(report["gap"]) == set(G.OBJECTIVES)
     assert report["train"]["clips"] == report["heldout"]["clips"] == 4
-    assert "held-out" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "held-out" in printed and "wrist_image_left" in printed
+    assert set(report["heldout"]["step_forcing"]["per_view"]) == set(report["train"]["step_forcing"]["per_view"])
     with pytest.raises(FileNotFoundError, match="not a SimDROID dataset"):
         G.main([*args[:4], "--heldout", str(tmp_path / "nowhere"), "--out", str(out)])
     with pytest.raises(SystemExit):

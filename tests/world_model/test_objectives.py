@@ -99,7 +99,7 @@ def test_p1_reduces_to_denoising_noisy_ground_truth(tiny_model):
     B, T = 2, 5
     x, a = latents(cfg, B, T), conds(B, T)
     spy = _Spy(dit)
-    loss, _ = step_forcing_loss(spy, x, a, cfg.schedule, torch.Generator().manual_seed(3), anchor_prob=1.0)
+    loss, metrics = step_forcing_loss(spy, x, a, cfg.schedule, torch.Generator().manual_seed(3), anchor_prob=1.0)
     assert len(spy.calls) == 1  # no self-forward at all
     k, eps, _ = _draws(cfg, B, T - 1, 1.0, 3)
     t = torch.tensor([0.0] + list(cfg.schedule))[k]
@@ -107,8 +107,14 @@ def test_p1_reduces_to_denoising_noisy_ground_truth(tiny_model):
     x_k = tt * eps + (1 - tt) * x[:, 1:]
     assert torch.equal(spy.calls[0]["x"][:, 1:], x_k) and torch.equal(spy.calls[0]["x"][:, 0], x[:, 0])
     v = dit(torch.cat([x[:, :1], x_k], 1), torch.cat([torch.zeros(B, 1), t], 1), a)[:, 1:]
-    ref = (x[:, 1:] - (x_k - tt * v)).pow(2).mean()
-    assert torch.allclose(loss, ref, rtol=1e-6)
+    err = (x[:, 1:] - (x_k - tt * v)).pow(2)
+    assert torch.allclose(loss, err.mean(), rtol=1e-6)
+    # the per-view metrics: the same error, averaged over one camera's elements
+    views = cfg.dit.num_views
+    assert sorted(k for k in metrics if k.startswith("loss_view")) == [f"loss_view{i}" for i in range(views)]
+    for i in range(views):
+        assert torch.allclose(metrics[f"loss_view{i}"], err[:, :, i].mean(), rtol=1e-6)
+    assert len({float(metrics[f"loss_view{i}"]) for i in range(views)}) == views
 
 
 def test_diffusion_forcing_losses_and_registry(tiny_model):
@@ -117,6 +123,8 @@ def test_diffusion_forcing_losses_and_registry(tiny_model):
         fn, kw = get_objective(name)
         loss, m = fn(tiny_model.dit, latents(cfg, 2, 4), conds(2, 4), cfg.schedule, torch.Generator().manual_seed(0), **kw)
         assert torch.isfinite(loss) and m["loss"] > 0
+        per_view = torch.stack([m[f"loss_view{i}"] for i in range(cfg.dit.num_views)])
+        assert torch.allclose(per_view.mean(), m["loss"], rtol=1e-5)  # views are equal in size
     spy = _Spy(tiny_model.dit)
     diffusion_forcing_loss(spy, latents(cfg, 2, 4), conds(2, 4), cfg.schedule, torch.Generator().manual_seed(0),
                            discrete=True)

@@ -171,6 +171,8 @@ def test_deadline_stops_before_it_and_cools_the_learning_rate_down(tmp_path, cap
     assert trainer["step"] == summary["step"]
     rows = [json.loads(ln) for ln in (tmp_path / "d" / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == summary["step"]
+    views = [rows[-1][f"loss_view{i}"] for i in range(3)]  # the log says which camera the loss comes from
+    assert sum(views) / 3 == pytest.approx(rows[-1]["loss"], rel=1e-5)
     lrs = [r["lr"] for r in rows if r["step"] > 2]  # after the 2-step warmup
     assert lrs[-1] < 0.5e-3 and all(a >= b for a, b in zip(lrs, lrs[1:]))
     wm = WorldModel.from_pretrained(tmp_path / "d" / "model")
