@@ -28,12 +28,16 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 OBJECTIVES = ("step_forcing", "diffusion_forcing_discrete")
+#: Step Forcing with each clip's poses swapped for another clip's: how much the loss depends on the actions.
+OTHER_POSES = "step_forcing_other_poses"
 
 
 def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_size: int = 16, seed: int = 0,
                      objectives=OBJECTIVES, progress: bool = False) -> dict:
     """Mean loss (and its standard error over batches) of each objective on ``clips`` random clips of
-    ``root``, ``noise_draws`` noise draws each; the clips and the noise depend only on ``seed``."""
+    ``root``, ``noise_draws`` noise draws each; the clips and the noise depend only on ``seed``.
+    ``OTHER_POSES`` is Step Forcing on the same clips and noise, conditioned on the next clip's poses: a
+    model that follows its actions does much worse with them, one that ignores them does not."""
     import torch
 
     from neuralsim.data.reader import ClipDataset
@@ -47,13 +51,17 @@ def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_s
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(ds), generator=g)[:clips].tolist()
     out = {"dataset": str(root), "clips": len(idx), "noise_draws": noise_draws}
+    if OTHER_POSES in objectives and len(idx) < 2:
+        raise ValueError(f"{OTHER_POSES} swaps poses between clips: it needs at least 2 clips, got {len(idx)}")
     for name in objectives:
-        fn, kw = get_objective(name)
+        fn, kw = get_objective("step_forcing" if name == OTHER_POSES else name)
         batch_losses, view_losses = [], {}
         for k in range(noise_draws):
             ng = torch.Generator().manual_seed(seed * 1000 + 1 + k)
             for i in range(0, len(idx), batch_size):
                 z, cond = store.get(idx[i:i + batch_size], wm.device)
+                if name == OTHER_POSES:  # clip j gets clip j+1's poses (the last one the first's)
+                    _, cond = store.get([idx[(j + 1) % len(idx)] for j in range(i, i + len(cond))], wm.device)
                 with torch.no_grad():
                     loss, metrics = fn(wm.dit, wm.normalise(z), cond, wm.config.schedule, generator=ng, **kw)
                 if not torch.isfinite(loss):
@@ -97,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "generalisation_gap.json"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--other-poses", action="store_true",
+                   help=f"also {OTHER_POSES}: Step Forcing under another clip's poses, i.e. does the model follow "
+                        "its actions (one more pass per batch)")
     p.add_argument("--quick", action="store_true", help="32 clips x 1 noise draw per dataset (~30 s once the "
                    "latent stores exist): a smoke run, its gap mostly noise")
     args = p.parse_args(argv)
@@ -115,21 +126,30 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     wm = WorldModel.from_pretrained(args.checkpoint).float().eval()
     t0 = time.time()
+    objectives = OBJECTIVES + ((OTHER_POSES,) if args.other_poses else ())
     rows = {split: objective_losses(wm, root, args.clips, args.noise_draws, args.batch_size, args.seed,
-                                    progress=args.progress)
+                                    objectives=objectives, progress=args.progress)
             for split, root in (("train", args.train), ("heldout", args.heldout))}
-    gap = compare(rows["train"], rows["heldout"])
+    gap = compare(rows["train"], rows["heldout"], objectives)
     print(f"\n{'objective':28} {'train':>16} {'held-out':>16} {'gap':>14}")
-    for name in OBJECTIVES:
+    for name in objectives:
         a, b, d = rows["train"][name], rows["heldout"][name], gap[name]
         print(f"{name:28} {a['mean']:.5f}±{a['stderr']:.5f} {b['mean']:.5f}±{b['stderr']:.5f} "
               f"{100 * d['relative_gap']:+6.1f}±{100 * d['stderr']:.1f}%")
     print("\nper view (where the error comes from):")
-    for name in OBJECTIVES:
+    for name in objectives:
         for view in rows["train"][name]["per_view"]:
             a, b = rows["train"][name]["per_view"][view], rows["heldout"][name]["per_view"][view]
             print(f"  {name:28} {view:24} {a:.5f} {b:.5f} {100 * (b / a - 1):+6.1f}%")
-    report = {"checkpoint": args.checkpoint, "seed": args.seed, **rows, "gap": gap,
+    extra = {}
+    if args.other_poses:
+        own, other = rows["heldout"]["step_forcing"], rows["heldout"][OTHER_POSES]
+        sensitivity = {view: other["per_view"][view] / own["per_view"][view] for view in own["per_view"]}
+        print(f"\nfollows its actions: held-out Step Forcing loss under another clip's poses / under its own = "
+              f"{other['mean'] / own['mean']:.1f}x (" + ", ".join(f"{v} {r:.1f}x" for v, r in sensitivity.items())
+              + "); about 1x would mean the poses are ignored")
+        extra["pose_sensitivity_heldout"] = {"all": other["mean"] / own["mean"], **sensitivity}
+    report = {"checkpoint": args.checkpoint, "seed": args.seed, **rows, "gap": gap, **extra,
               "seconds": round(time.time() - t0, 1), "threads": torch.get_num_threads()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

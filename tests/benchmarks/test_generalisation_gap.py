@@ -44,6 +44,13 @@ def test_same_clips_and_noise_give_no_gap_and_other_episodes_do(tiny_checkpoint,
         b["step_forcing"]["mean"] / a["step_forcing"]["mean"] - 1)
     assert other["step_forcing"]["relative_gap"] != 0.0 and other["step_forcing"]["stderr"] > 0
     assert G.objective_losses(wm, datasets["train"], clips=6, noise_draws=2, batch_size=4, seed=1) != a
+    # under another clip's poses the same clips and noise give another loss; one clip has no other to borrow
+    swapped = G.objective_losses(wm, datasets["train"], clips=6, noise_draws=2, batch_size=4,
+                                 objectives=("step_forcing", G.OTHER_POSES))
+    assert swapped["step_forcing"] == a["step_forcing"]
+    assert swapped[G.OTHER_POSES]["mean"] != a["step_forcing"]["mean"]
+    with pytest.raises(ValueError, match="at least 2 clips"):
+        G.objective_losses(wm, datasets["train"], clips=1, noise_draws=1, objectives=(G.OTHER_POSES,))
 
 
 def test_cli_writes_the_report_and_refuses_a_missing_dataset(tiny_checkpoint, datasets, tmp_path, capsys):
@@ -62,4 +69,11 @@ def test_cli_writes_the_report_and_refuses_a_missing_dataset(tiny_checkpoint, da
     with pytest.raises(SystemExit):
         G.main([*args, "--clips", "0"])
     assert G.main([*args, "--quick"]) == 0
+    assert G.main([*args, "--other-poses"]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["gap"]) == {*G.OBJECTIVES, G.OTHER_POSES}
+    sens = report["pose_sensitivity_heldout"]
+    assert sens["all"] == pytest.approx(report["heldout"][G.OTHER_POSES]["mean"]
+                                        / report["heldout"]["step_forcing"]["mean"])
+    assert "follows its actions" in capsys.readouterr().out
     assert json.loads(out.read_text())["train"]["noise_draws"] == 1
