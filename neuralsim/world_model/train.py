@@ -635,11 +635,14 @@ def train(cfg: TrainConfig) -> dict:
         bar.update(1)
         now = time.time()
         step_secs.append(now - t_step)
-        if cfg.deadline is not None and step % 10 == 0:  # the bar's total: the steps the deadline leaves room for
-            bar.total = min(cfg.steps, step + int(max(0.0, cfg.deadline - now) / statistics.median_high(step_secs)))
-            bar.refresh()
+        past_deadline = False
+        if cfg.deadline is not None:
+            step_time = statistics.median_high(step_secs)
+            past_deadline = now + step_time >= cfg.deadline
+            if step % 10 == 0:  # the bar's total: the steps the deadline leaves room for
+                bar.total = min(cfg.steps, step + int(max(0.0, cfg.deadline - now) / step_time))
+                bar.refresh()
         out_of_time = cfg.max_minutes is not None and (now - t_start) / 60 >= cfg.max_minutes
-        past_deadline = cfg.deadline is not None and now + statistics.median_high(step_secs) >= cfg.deadline
         out_of_time = out_of_time or past_deadline
         if world > 1 and (cfg.max_minutes is not None or cfg.deadline is not None):
             # every rank stops at the same step, or the rest hang in DDP
