@@ -5,6 +5,8 @@ Subcommands (each imports what it needs only when it runs, so ``neuralsim --help
 * ``demo``           -- one SimDROID episode with the scripted expert -> a 2x2 collage mp4;
 * ``data generate``  -- a SimDROID dataset with failures (:func:`neuralsim.data.generate.generate`);
 * ``data info``      -- what a dataset directory holds (SimDROID layout or the real DROID sample);
+* ``model info``     -- what a world-model checkpoint holds and how it was trained
+  (:mod:`neuralsim.world_model.info`);
 * ``train``          -- world-model training (:mod:`neuralsim.world_model.train`).
 
 To add a subcommand, write ``_add_<name>(subparsers)`` that registers its parser with
@@ -28,6 +30,7 @@ examples:
   neuralsim data info data/simdroid
   neuralsim data info ../shared/data/droid_real          # the real DROID sample reads the same way
   neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000
+  neuralsim model info                                   # the shipped world model: size, recipe, stages
 
 Run `neuralsim <command> --help` for the options of one command.
 """
@@ -43,6 +46,7 @@ def build_parser(full_train: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub)
     _add_data(sub)
+    _add_model(sub)
     _add_train(sub, full_train)
     # eval: NeuralDROID evaluation (policy x episodes in the world model, judged) goes here as
     # _add_eval(sub); `demo` will then show a NeuralDROID rollout beside its SimDROID twin.
@@ -136,6 +140,35 @@ def run_demo(cfg: DemoConfig) -> dict:
     path = write_video(str(out / name), r.episode.collage_frames(), fps=r.episode.fps)
     return {"instruction": r.info["instruction"], "task": r.info["task"], "rubric_level": int(r.info["rubric_level"]),
             "success": bool(r.info["success"]), "steps": r.steps, "expert_done": r.expert_done, "video": path}
+
+
+# ----------------------------------------------------------------------------- model
+def _add_model(sub) -> None:
+    p = sub.add_parser("model", help="inspect world-model checkpoints", description="Inspect world-model checkpoints.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  neuralsim model info\n  neuralsim model info runs/sf/model --json")
+    msub = p.add_subparsers(dest="model_command", metavar="MODEL_COMMAND", required=True)
+    i = msub.add_parser(
+        "info", help="summarise a checkpoint: size, architecture, integrity, training recipe",
+        description="Summarise a world-model checkpoint without loading its weights: files, parameter count per "
+                    "part, architecture, inference window and noise levels, whether config.json is the one the "
+                    "weights were saved with, and the training recipe stage by stage (steps run, derived from "
+                    "the recipe's totals for stages older than the trainer's steps_run record). Exit code 1 if "
+                    "the config does not match the weights.")
+    i.add_argument("checkpoint", nargs="?", default=None,
+                   help="checkpoint directory or Hugging Face hub id (default: the shipped model)")
+    i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    i.set_defaults(func=_run_model_info)
+
+
+def _run_model_info(args: argparse.Namespace) -> int:
+    import json
+
+    from .world_model.info import checkpoint_info, format_checkpoint_info
+
+    info = checkpoint_info(args.checkpoint)
+    print(json.dumps(info, indent=2) if args.json else format_checkpoint_info(info))
+    return 0 if info["is_neuralsim_world_model"] and info["config_matches_weights"] else 1
 
 
 # ----------------------------------------------------------------------------- data

@@ -12,7 +12,7 @@ def test_help_lists_commands_and_examples(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for word in ("demo", "data", "train", "examples:", "neuralsim data generate"):
+    for word in ("demo", "data", "model", "train", "examples:", "neuralsim data generate", "neuralsim model info"):
         assert word in out
     with pytest.raises(SystemExit):
         main(["data", "generate", "--help"])

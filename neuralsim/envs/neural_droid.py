@@ -74,22 +74,19 @@ class StepTiming:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def load_world_model(checkpoint=None, device: str = "cpu"):
-    """A :class:`~neuralsim.world_model.WorldModel` from a directory, a Hugging Face hub id or an instance.
-
-    ``None`` means the shipped :data:`DEFAULT_CHECKPOINT`.  Raises ``CheckpointError`` (a ValueError)
-    naming the problem when the checkpoint is missing or corrupt.
+def resolve_checkpoint(checkpoint=None) -> Path:
+    """The directory a world-model checkpoint lives in: ``None`` (the shipped :data:`DEFAULT_CHECKPOINT`), a
+    directory, or a Hugging Face hub id (``owner/name``, fetched with ``huggingface_hub`` when no such local
+    directory exists).  Raises ``CheckpointError`` (a ValueError) naming the problem; does not read the files.
     """
-    from ..world_model.model import CheckpointError, WorldModel
+    from ..world_model.model import CheckpointError
 
-    if isinstance(checkpoint, WorldModel):
-        return checkpoint.to(device).eval()
     if checkpoint is None:
         if not (DEFAULT_CHECKPOINT / "config.json").is_file():
             raise CheckpointError(f"NeuralDROID-v0 has no world model: the default checkpoint {DEFAULT_CHECKPOINT} "
                                   f"is missing (config.json + model.safetensors).\n"
                                   + TRAIN_HINT.format(default=DEFAULT_CHECKPOINT))
-        return WorldModel.from_pretrained(DEFAULT_CHECKPOINT, device=device)
+        return DEFAULT_CHECKPOINT
     path = Path(checkpoint).expanduser()
     if not path.exists() and isinstance(checkpoint, str) and _HUB_ID.match(checkpoint):
         try:
@@ -102,7 +99,20 @@ def load_world_model(checkpoint=None, device: str = "cpu"):
     if not path.is_dir():
         raise CheckpointError(f"world model checkpoint {str(path)!r} is not a directory (expected config.json + "
                               f"model.safetensors written by WorldModel.save_pretrained)")
-    return WorldModel.from_pretrained(path, device=device)
+    return path
+
+
+def load_world_model(checkpoint=None, device: str = "cpu"):
+    """A :class:`~neuralsim.world_model.WorldModel` from a directory, a Hugging Face hub id or an instance.
+
+    ``None`` means the shipped :data:`DEFAULT_CHECKPOINT` (see :func:`resolve_checkpoint`).  Raises
+    ``CheckpointError`` (a ValueError) naming the problem when the checkpoint is missing or corrupt.
+    """
+    from ..world_model.model import WorldModel
+
+    if isinstance(checkpoint, WorldModel):
+        return checkpoint.to(device).eval()
+    return WorldModel.from_pretrained(resolve_checkpoint(checkpoint), device=device)
 
 
 def denoising_schedule(trained: Sequence[float], steps: int | None) -> tuple[float, ...]:

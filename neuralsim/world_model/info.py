@@ -1,0 +1,176 @@
+"""What a world-model checkpoint holds, read without building the model: ``neuralsim model info``.
+
+:func:`checkpoint_info` reads ``config.json`` and only the *header* of ``model.safetensors`` (names, shapes,
+dtypes and metadata; no tensor data), so it takes milliseconds even for a large file.  It reports the
+architecture, the parameter count per part, whether the weights were written with this config (the
+``config_sha256`` that :meth:`WorldModel.from_pretrained` also checks), and the training recipe stage by
+stage.
+
+Steps run per stage.  The trainer records ``steps_run`` in each stage since session 42; older stages only
+have their budget (``steps``), which a ``--deadline`` run may end far short of.  For those the count is
+derived from the recipe's running totals, exactly, where the recipe allows it:
+
+* a later stage of the same kind (same ``<stage>_<objective>_steps`` count) that ``continues_from_step``
+  ``c'`` means this stage ran ``c' - c`` steps (``c``: its own ``continues_from_step``, or 0);
+* the last stage of its kind ran the recipe's total for that kind minus ``c``;
+* otherwise (a stage whose successor restarted the count) it is unknown and shown as ``?``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .config import WorldModelConfig
+
+_PARTS = (("autoencoder.vae.encoder", "autoencoder encoder"), ("autoencoder.vae.quant_conv", "autoencoder encoder"),
+          ("autoencoder.vae.decoder", "autoencoder decoder"), ("autoencoder.vae.post_quant_conv", "autoencoder decoder"),
+          ("dit.", "DiT"), ("latent_", "latent stats"))
+
+
+def count_key(stage: dict) -> str:
+    """The recipe total a stage adds to, e.g. ``dit_step_forcing_steps`` (the trainer's naming)."""
+    objective = stage.get("objective") if stage.get("stage") == "dit" else "reconstruction"
+    return f"{stage.get('stage')}_{objective}_steps"
+
+
+def stage_steps_run(recipe: dict) -> list[tuple[int | None, str]]:
+    """For each recipe stage, the steps it ran and where that number comes from.
+
+    Returns ``(steps, source)`` per stage, ``source`` one of ``"recorded"`` (the stage's ``steps_run``),
+    ``"derived"`` (from the running totals, see the module docstring) or ``"unknown"`` (``steps`` None).
+    """
+    stages = list(recipe.get("stages", []))
+    out: list[tuple[int | None, str]] = []
+    for i, st in enumerate(stages):
+        if "steps_run" in st:
+            out.append((int(st["steps_run"]), "recorded"))
+            continue
+        key, start = count_key(st), int(st.get("continues_from_step", 0))
+        later = [s for s in stages[i + 1:] if count_key(s) == key]
+        if later and "continues_from_step" in later[0]:
+            steps = int(later[0]["continues_from_step"]) - start
+        elif not later and key in recipe:
+            steps = int(recipe[key]) - start
+        else:
+            out.append((None, "unknown"))
+            continue
+        out.append((steps, "derived") if steps >= 0 else (None, "unknown"))
+    return out
+
+
+def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, Any]:
+    """A summary of a checkpoint directory, hub id or ``None`` (the shipped model), as plain data.
+
+    Raises ``CheckpointError`` (a ValueError) when a file is missing, the config is invalid or the weights
+    file is not a readable safetensors file.  A config hash that does not match the weights is *reported*
+    (``"config_matches_weights": False``), not raised: this is the tool for finding out what is wrong.
+    """
+    from safetensors import safe_open
+
+    from ..envs.neural_droid import resolve_checkpoint
+    from .model import CONFIG_NAME, FORMAT_TAG, WEIGHTS_NAME, CheckpointError, config_digest
+
+    d = resolve_checkpoint(checkpoint)
+    cfg_path, w_path = d / CONFIG_NAME, d / WEIGHTS_NAME
+    for p in (cfg_path, w_path):
+        if not p.is_file():
+            raise CheckpointError(f"world model checkpoint {d} has no {p.name} (expected {CONFIG_NAME} and "
+                                  f"{WEIGHTS_NAME})")
+    cfg_json = cfg_path.read_text()
+    try:
+        config = WorldModelConfig.from_dict(json.loads(cfg_json))
+    except (json.JSONDecodeError, TypeError, ValueError) as e:
+        raise CheckpointError(f"invalid world model config {cfg_path}: {e}") from e
+    params: dict[str, int] = {}
+    dtypes: dict[str, int] = {}
+    try:
+        with safe_open(str(w_path), framework="numpy") as f:
+            meta = dict(f.metadata() or {})
+            for name in f.keys():
+                sl = f.get_slice(name)
+                part = next((label for prefix, label in _PARTS if name.startswith(prefix)), "other")
+                params[part] = params.get(part, 0) + math.prod(sl.get_shape())
+                dtypes[sl.get_dtype()] = dtypes.get(sl.get_dtype(), 0) + 1
+    except Exception as e:  # SafetensorError / OSError on a corrupt or foreign file
+        raise CheckpointError(f"cannot read {w_path}: corrupt or not a safetensors file ({e})") from e
+    recipe = dict(config.recipe)
+    runs = stage_steps_run(recipe)
+    stages = [{**st, "steps_run": n, "steps_run_source": src} for st, (n, src) in zip(recipe.pop("stages", []), runs)]
+    ae, dit = config.autoencoder, config.dit
+    return {
+        "path": str(d),
+        "file_bytes": {p.name: p.stat().st_size for p in (cfg_path, w_path)},
+        "format": meta.get("format"),
+        "is_neuralsim_world_model": meta.get("format") == FORMAT_TAG,
+        "config_matches_weights": meta.get("config_sha256") == config_digest(cfg_json),
+        "weight_dtypes": dtypes,
+        "parameters": {**params, "total": sum(params.values())},
+        "architecture": {
+            "image_size": ae.image_size, "views": dit.num_views, "latent": [ae.latent_size, ae.latent_size,
+                                                                            ae.latent_channels],
+            "decoder_layers_per_block": ae.decoder_depth, "dit_depth": dit.depth, "dit_dim": dit.dim,
+            "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
+        },
+        "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
+                      "schedule": list(config.schedule)},
+        "recipe_totals": {k: v for k, v in recipe.items()},
+        "stages": stages,
+    }
+
+
+def format_checkpoint_info(info: dict[str, Any]) -> str:
+    """The summary of :func:`checkpoint_info` as text for a terminal."""
+    a, inf, p = info["architecture"], info["inference"], info["parameters"]
+    files = ", ".join(f"{name} {_size(n)}" for name, n in info["file_bytes"].items())
+    dtypes = ", ".join(f"{k} x{v}" for k, v in sorted(info["weight_dtypes"].items()))
+    ok = info["is_neuralsim_world_model"] and info["config_matches_weights"]
+    lines = [
+        f"{info['path']}: {files}",
+        f"  weights: {dtypes}; " + ("format and config hash OK" if ok else
+                                    ("NOT a neuralsim world model (format tag "
+                                     f"{info['format']!r})" if not info["is_neuralsim_world_model"] else
+                                     "config hash MISMATCH: config.json is not the one these weights were "
+                                     "saved with; WorldModel.from_pretrained will refuse it")),
+        "  parameters: " + ", ".join(f"{k} {_count(v)}" for k, v in p.items() if k != "total")
+        + f"; total {_count(p['total'])}",
+        f"  views: {a['views']} x {a['image_size']}x{a['image_size']} -> latents "
+        f"{'x'.join(str(x) for x in a['latent'])}; decoder {a['decoder_layers_per_block']} layer(s) per block",
+        f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
+        f"pose conditioning {a['cond_dim']}-d",
+        f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
+        f"noise levels {', '.join(f'{t:g}' for t in inf['schedule'])}",
+    ]
+    totals = {k: v for k, v in info["recipe_totals"].items() if k.endswith("_steps")}
+    if totals:
+        lines.append("  trained steps: " + ", ".join(f"{k[:-6].replace('_', ' ')} {v:,}" for k, v in totals.items()))
+    others = {k: v for k, v in info["recipe_totals"].items() if not k.endswith("_steps")}
+    if others:
+        lines.append("  recipe: " + ", ".join(f"{k}={v}" for k, v in others.items()))
+    if info["stages"]:
+        lines.append(f"  {len(info['stages'])} training stages (steps run: * derived from the recipe's totals, "
+                     "? unknown):")
+        header = ("#", "stage", "objective", "data", "batch", "lr", "budget", "steps run")
+        rows = []
+        for i, st in enumerate(info["stages"], 1):
+            run = st["steps_run"]
+            mark = {"derived": "*", "unknown": "?"}.get(st["steps_run_source"], "")
+            rows.append((str(i), str(st.get("stage", "")), str(st.get("objective", "")), str(st.get("data", "")),
+                         str(st.get("batch_size", "")), f"{st['lr']:g}" if "lr" in st else "",
+                         f"{st['steps']:,}" if "steps" in st else "",
+                         (f"{run:,}" if run is not None else "") + mark))
+        widths = [max(len(r[c]) for r in rows + [header]) for c in range(len(header))]
+        for r in [header, *rows]:
+            lines.append("    " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 10_000 else f"{n:,}"
