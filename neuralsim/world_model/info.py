@@ -18,13 +18,11 @@ derived from the recipe's running totals, exactly, where the recipe allows it:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-from .config import WorldModelConfig
 
 _PARTS = (("autoencoder.vae.encoder", "autoencoder encoder"), ("autoencoder.vae.quant_conv", "autoencoder encoder"),
           ("autoencoder.vae.decoder", "autoencoder decoder"), ("autoencoder.vae.post_quant_conv", "autoencoder decoder"),
@@ -72,19 +70,11 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
     from safetensors import safe_open
 
     from ..envs.neural_droid import resolve_checkpoint
-    from .model import CONFIG_NAME, FORMAT_TAG, WEIGHTS_NAME, CheckpointError, config_digest
+    from .model import CONFIG_NAME, FORMAT_TAG, CheckpointError, config_digest, read_checkpoint_config
 
     d = resolve_checkpoint(checkpoint)
-    cfg_path, w_path = d / CONFIG_NAME, d / WEIGHTS_NAME
-    for p in (cfg_path, w_path):
-        if not p.is_file():
-            raise CheckpointError(f"world model checkpoint {d} has no {p.name} (expected {CONFIG_NAME} and "
-                                  f"{WEIGHTS_NAME})")
-    cfg_json = cfg_path.read_text()
-    try:
-        config = WorldModelConfig.from_dict(json.loads(cfg_json))
-    except (json.JSONDecodeError, TypeError, ValueError) as e:
-        raise CheckpointError(f"invalid world model config {cfg_path}: {e}") from e
+    w_path, cfg_json, config = read_checkpoint_config(d)
+    cfg_path = d / CONFIG_NAME
     params: dict[str, int] = {}
     dtypes: dict[str, int] = {}
     try:

@@ -334,17 +334,8 @@ class WorldModel(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, device: torch.device | str = "cpu") -> "WorldModel":
         """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` if anything is off."""
-        d = Path(directory)
-        cfg_path, w_path = d / CONFIG_NAME, d / WEIGHTS_NAME
-        for p in (cfg_path, w_path):
-            if not p.is_file():
-                raise CheckpointError(f"world model checkpoint {d} has no {p.name} (expected {CONFIG_NAME} and "
-                                      f"{WEIGHTS_NAME})")
-        cfg_json = cfg_path.read_text()
-        try:
-            config = WorldModelConfig.from_dict(json.loads(cfg_json))
-        except (json.JSONDecodeError, TypeError, ValueError) as e:
-            raise CheckpointError(f"invalid world model config {cfg_path}: {e}") from e
+        w_path, cfg_json, config = read_checkpoint_config(directory)
+        cfg_path = w_path.with_name(CONFIG_NAME)
         tensors, meta = load_safetensors(w_path)
         if meta.get("format") != FORMAT_TAG:
             raise CheckpointError(f"{w_path} is not a neuralsim world model (format tag {meta.get('format')!r})")
@@ -354,6 +345,25 @@ class WorldModel(nn.Module):
         model = cls(config)
         load_state_strict(model, tensors, str(w_path))
         return model.to(device).eval()
+
+
+def read_checkpoint_config(directory: str | os.PathLike) -> tuple[Path, str, WorldModelConfig]:
+    """The weights path, the config's text and the parsed config of a checkpoint directory.
+
+    Raises :class:`CheckpointError` if either file is missing or the config is invalid; reads no weights.
+    """
+    d = Path(directory)
+    cfg_path, w_path = d / CONFIG_NAME, d / WEIGHTS_NAME
+    for p in (cfg_path, w_path):
+        if not p.is_file():
+            raise CheckpointError(f"world model checkpoint {d} has no {p.name} (expected {CONFIG_NAME} and "
+                                  f"{WEIGHTS_NAME})")
+    cfg_json = cfg_path.read_text()
+    try:
+        config = WorldModelConfig.from_dict(json.loads(cfg_json))
+    except (json.JSONDecodeError, TypeError, ValueError) as e:
+        raise CheckpointError(f"invalid world model config {cfg_path}: {e}") from e
+    return w_path, cfg_json, config
 
 
 def load_safetensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
