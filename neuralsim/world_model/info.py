@@ -29,10 +29,13 @@ _PARTS = (("autoencoder.vae.encoder", "autoencoder encoder"), ("autoencoder.vae.
           ("dit.", "DiT"), ("latent_", "latent stats"))
 
 
-def count_key(stage: dict) -> str:
-    """The recipe total a stage adds to, e.g. ``dit_step_forcing_steps`` (the trainer's naming)."""
-    objective = stage.get("objective") if stage.get("stage") == "dit" else "reconstruction"
-    return f"{stage.get('stage')}_{objective}_steps"
+def count_key(stage: str, objective: str) -> str:
+    """The recipe total a stage adds to, e.g. ``dit_step_forcing_steps``; the trainer names its counts with it."""
+    return f"{stage}_{objective}_steps"
+
+
+def _stage_key(stage: dict) -> str:
+    return count_key(stage.get("stage"), stage.get("objective"))  # the trainer writes both into every stage
 
 
 def stage_steps_run(recipe: dict) -> list[tuple[int | None, str]]:
@@ -47,8 +50,8 @@ def stage_steps_run(recipe: dict) -> list[tuple[int | None, str]]:
         if "steps_run" in st:
             out.append((int(st["steps_run"]), "recorded"))
             continue
-        key, start = count_key(st), int(st.get("continues_from_step", 0))
-        later = [s for s in stages[i + 1:] if count_key(s) == key]
+        key, start = _stage_key(st), int(st.get("continues_from_step", 0))
+        later = [s for s in stages[i + 1:] if _stage_key(s) == key]
         if later and "continues_from_step" in later[0]:
             steps = int(later[0]["continues_from_step"]) - start
         elif not later and key in recipe:
@@ -70,11 +73,10 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
     from safetensors import safe_open
 
     from ..envs.neural_droid import resolve_checkpoint
-    from .model import CONFIG_NAME, FORMAT_TAG, CheckpointError, config_digest, read_checkpoint_config
+    from .model import FORMAT_TAG, CheckpointError, config_digest, read_checkpoint_config
 
     d = resolve_checkpoint(checkpoint)
-    w_path, cfg_json, config = read_checkpoint_config(d)
-    cfg_path = d / CONFIG_NAME
+    cfg_path, w_path, cfg_json, config = read_checkpoint_config(d)
     params: dict[str, int] = {}
     dtypes: dict[str, int] = {}
     try:
@@ -107,7 +109,7 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
         },
         "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
                       "schedule": list(config.schedule)},
-        "recipe_totals": {k: v for k, v in recipe.items()},
+        "recipe_totals": recipe,  # what is left of the recipe once its stages are popped above
         "stages": stages,
     }
 
@@ -117,14 +119,16 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
     a, inf, p = info["architecture"], info["inference"], info["parameters"]
     files = ", ".join(f"{name} {_size(n)}" for name, n in info["file_bytes"].items())
     dtypes = ", ".join(f"{k} x{v}" for k, v in sorted(info["weight_dtypes"].items()))
-    ok = info["is_neuralsim_world_model"] and info["config_matches_weights"]
+    if not info["is_neuralsim_world_model"]:
+        integrity = f"NOT a neuralsim world model (format tag {info['format']!r})"
+    elif not info["config_matches_weights"]:
+        integrity = ("config hash MISMATCH: config.json is not the one these weights were saved with; "
+                     "WorldModel.from_pretrained will refuse it")
+    else:
+        integrity = "format and config hash OK"
     lines = [
         f"{info['path']}: {files}",
-        f"  weights: {dtypes}; " + ("format and config hash OK" if ok else
-                                    ("NOT a neuralsim world model (format tag "
-                                     f"{info['format']!r})" if not info["is_neuralsim_world_model"] else
-                                     "config hash MISMATCH: config.json is not the one these weights were "
-                                     "saved with; WorldModel.from_pretrained will refuse it")),
+        f"  weights: {dtypes}; {integrity}",
         "  parameters: " + ", ".join(f"{k} {_count(v)}" for k, v in p.items() if k != "total")
         + f"; total {_count(p['total'])}",
         f"  views: {a['views']} x {a['image_size']}x{a['image_size']} -> latents "

@@ -334,8 +334,7 @@ class WorldModel(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, device: torch.device | str = "cpu") -> "WorldModel":
         """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` if anything is off."""
-        w_path, cfg_json, config = read_checkpoint_config(directory)
-        cfg_path = w_path.with_name(CONFIG_NAME)
+        cfg_path, w_path, cfg_json, config = read_checkpoint_config(directory)
         tensors, meta = load_safetensors(w_path)
         if meta.get("format") != FORMAT_TAG:
             raise CheckpointError(f"{w_path} is not a neuralsim world model (format tag {meta.get('format')!r})")
@@ -347,8 +346,8 @@ class WorldModel(nn.Module):
         return model.to(device).eval()
 
 
-def read_checkpoint_config(directory: str | os.PathLike) -> tuple[Path, str, WorldModelConfig]:
-    """The weights path, the config's text and the parsed config of a checkpoint directory.
+def read_checkpoint_config(directory: str | os.PathLike) -> tuple[Path, Path, str, WorldModelConfig]:
+    """The config and weights paths, the config's text and the parsed config of a checkpoint directory.
 
     Raises :class:`CheckpointError` if either file is missing or the config is invalid; reads no weights.
     """
@@ -363,7 +362,7 @@ def read_checkpoint_config(directory: str | os.PathLike) -> tuple[Path, str, Wor
         config = WorldModelConfig.from_dict(json.loads(cfg_json))
     except (json.JSONDecodeError, TypeError, ValueError) as e:
         raise CheckpointError(f"invalid world model config {cfg_path}: {e}") from e
-    return w_path, cfg_json, config
+    return cfg_path, w_path, cfg_json, config
 
 
 def load_safetensors(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

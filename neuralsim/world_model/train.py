@@ -410,6 +410,7 @@ def train(cfg: TrainConfig) -> dict:
     import torch
 
     from .config import preset
+    from .info import count_key as recipe_count_key
     from .model import DECODER_PREFIXES, WorldModel, load_safetensors
     from .objectives import get_objective
 
@@ -560,11 +561,11 @@ def train(cfg: TrainConfig) -> dict:
               **({"cool_down_secs": cfg.cool_down_secs} if cfg.cool_down_secs else {})}
     # The recipe counts each stage's steps over the model's whole history: a run started from a model that
     # already had this stage (e.g. more Step Forcing on the shipped model) continues its count.
-    count_key = f"{cfg.stage}_{stage_obj}_steps"
+    count_key = recipe_count_key(cfg.stage, stage_obj)
     if ckpt is None:
         prior_steps = int(recipe.get(count_key, 0))
         recipe["stages"] = list(recipe.get("stages", [])) + [{
-            "stage": cfg.stage, "objective": cfg.objective if cfg.stage == "dit" else "reconstruction",
+            "stage": cfg.stage, "objective": stage_obj,
             "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget,
             **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {})}]
