@@ -37,3 +37,32 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
         for p in wm.dit.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.2)
     return wm.save_pretrained(tmp_path_factory.mktemp("tiny_world_model"))
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """A Hugging Face hub cache in ``tmp_path`` with ``huggingface_hub`` in offline mode (as on an air-gapped
+    machine): ``offline_hub(repo_id, checkpoint_dir)`` puts a checkpoint's files in the cache at ``main``, laid
+    out as ``huggingface_hub`` writes them, and returns the snapshot directory.  The working directory moves to
+    ``tmp_path`` so that no local directory shadows an id."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+
+    def add(repo_id: str, checkpoint: Path) -> Path:
+        commit = "0123456789abcdef0123456789abcdef01234567"
+        repo = cache / ("models--" + repo_id.replace("/", "--"))
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text(commit)
+        snapshot = repo / "snapshots" / commit
+        snapshot.mkdir(parents=True)
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(Path(checkpoint) / name, snapshot / name)
+        return snapshot
+
+    return add

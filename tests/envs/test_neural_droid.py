@@ -348,6 +348,21 @@ def test_missing_and_corrupt_checkpoints(tmp_path, monkeypatch, tiny_checkpoint)
         NeuralDROIDEnv(checkpoint=broken)
 
 
+def test_a_hub_id_loads_from_the_local_hub_cache_offline(offline_hub, tiny_checkpoint):
+    """The hub path is the real ``snapshot_download``: offline, it resolves an id from the local cache (how an
+    air-gapped machine uses a checkpoint fetched elsewhere) and names the id when the cache lacks it."""
+    snapshot = offline_hub("neuralsim/tiny-world-model", tiny_checkpoint)
+
+    assert ND.resolve_checkpoint("neuralsim/tiny-world-model").resolve() == snapshot.resolve()
+    acts = actions(3, seed=5)
+    from_hub, _ = rollout(make("neuralsim/tiny-world-model"), 3, acts)
+    local, _ = rollout(make(tiny_checkpoint), 3, acts)
+    for a, b in zip(from_hub, local):
+        np.testing.assert_array_equal(a["wrist_image_left"], b["wrist_image_left"])
+    with pytest.raises(CheckpointError, match="'neuralsim/not-cached'.*could not be fetched"):
+        make("neuralsim/not-cached")
+
+
 # ---------------------------------------------------------------------------------------------- memory
 def test_memory_flat_over_1000_steps(tiny_checkpoint):
     env = make(tiny_checkpoint, max_episode_steps=1000, denoising_steps=1)

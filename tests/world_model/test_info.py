@@ -61,6 +61,16 @@ def test_cli_prints_the_shipped_models_recipe(capsys):
     assert steps_sf == info["recipe_totals"]["dit_step_forcing_steps"]
 
 
+def test_info_of_a_hub_id_reads_the_local_hub_cache(offline_hub, tiny_checkpoint, capsys):
+    offline_hub("neuralsim/tiny-world-model", tiny_checkpoint)
+    assert main(["model", "info", "neuralsim/tiny-world-model", "--json"]) == 0
+    from_hub = json.loads(capsys.readouterr().out)
+    assert from_hub["parameters"] == checkpoint_info(tiny_checkpoint)["parameters"]
+    assert from_hub["config_matches_weights"] is True
+    with pytest.raises(CheckpointError, match="could not be fetched"):
+        checkpoint_info("neuralsim/not-cached")
+
+
 def test_a_config_edited_by_hand_is_reported(tiny_checkpoint, tmp_path, capsys):
     ckpt = tmp_path / "edited"
     shutil.copytree(tiny_checkpoint, ckpt)
