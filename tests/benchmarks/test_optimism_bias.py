@@ -96,6 +96,16 @@ def test_measure_runs_both_worlds_on_the_same_action_stream(tiny_checkpoint, tmp
     json.dumps(res)  # the whole result is JSON
 
 
+def test_an_episode_measures_the_same_alone_or_in_a_longer_run(tiny_checkpoint):
+    """Every rollout is seeded by its episode, so runs over disjoint seed ranges pool into one larger run."""
+    kw = dict(families=["premature_release"], tasks=["put_in_bowl"], steps=30, checkpoint=str(tiny_checkpoint),
+              judge=_level_judge, probe=None)
+    both = OB.measure(OB.Config(episodes=2, **kw), progress=False)["rollouts"]
+    second = OB.measure(OB.Config(episodes=1, seed0=OB.HELDOUT_SEED0 + 1, **kw), progress=False)["rollouts"]
+    assert [r["seed"] for r in both] == [OB.HELDOUT_SEED0] * 2 + [OB.HELDOUT_SEED0 + 1] * 2
+    assert both[2:] == second
+
+
 def test_probe_reads_the_outcome_of_a_true_episode():
     """The shipped object probe sees the cube in the bowl at the end of a clean expert episode, not at its start."""
     from benchmarks.object_probe import load
