@@ -357,8 +357,9 @@ def test_a_hub_id_loads_from_the_local_hub_cache_offline(offline_hub, tiny_check
     acts = actions(3, seed=5)
     from_hub, _ = rollout(make("neuralsim/tiny-world-model"), 3, acts)
     local, _ = rollout(make(tiny_checkpoint), 3, acts)
-    for a, b in zip(from_hub, local):
-        np.testing.assert_array_equal(a["wrist_image_left"], b["wrist_image_left"])
+    for a, b in zip(from_hub, local, strict=True):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     with pytest.raises(CheckpointError, match="'neuralsim/not-cached'.*could not be fetched"):
         make("neuralsim/not-cached")
 
