@@ -29,6 +29,8 @@ __all__ = [
     "matrix_to_euler_xyz",
     "euler_xyz_to_matrix",
     "link_transforms",
+    "wrist_camera_pose",
+    "wrist_camera_rays",
 ]
 
 #: Modified DH parameters (a_{i-1} [m], d_i [m], alpha_{i-1} [rad]) for joints 1..7.
@@ -60,6 +62,17 @@ RESET_JOINT_POSITION = np.array([0.0, -math.pi / 5, 0.0, -4 * math.pi / 5, 0.0, 
 MAX_JOINT_DELTA = 0.2
 #: DROID's control rate [Hz].
 CONTROL_HZ = 15
+
+#: SimDROID's hand frame in the flange frame: the same origin, turned this much about z [rad]
+#: (Franka's hand is mounted at -45 degrees).
+HAND_YAW = -math.pi / 4
+#: SimDROID's wrist camera in the hand frame: position [m], MJCF ``xyaxes`` (the image's right and,
+#: before it is made orthogonal to the first, up directions) and vertical field of view [deg].  The
+#: scene's MJCF is written from these, so the geometry the world model may condition on
+#: (:func:`wrist_camera_rays`) is the one that rendered its training images.
+WRIST_CAMERA_POS = (0.065, 0.0, 0.03)
+WRIST_CAMERA_XYAXES = (0.0, 1.0, 0.0, 0.97, 0.0, 0.24)
+WRIST_CAMERA_FOVY = 80.0
 
 
 def _backend(x: Any):
@@ -187,3 +200,58 @@ def forward_kinematics(q):
     if is_torch:
         return xp.cat([pos, eul], -1)
     return np.concatenate([pos, eul], axis=-1)
+
+
+def _wrist_camera_in_flange() -> tuple[np.ndarray, np.ndarray]:
+    """The wrist camera's position (3,) and rotation (3, 3) in the flange frame, axes as MuJoCo builds
+    them from ``xyaxes``: x normalised, y made orthogonal to x and normalised, z = x cross y."""
+    c, s = math.cos(HAND_YAW), math.sin(HAND_YAW)
+    hand = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    x = np.asarray(WRIST_CAMERA_XYAXES[:3], dtype=np.float64)
+    y = np.asarray(WRIST_CAMERA_XYAXES[3:], dtype=np.float64)
+    x = x / np.linalg.norm(x)
+    y = y - x * (x @ y)
+    y = y / np.linalg.norm(y)
+    cam = np.stack([x, y, np.cross(x, y)], axis=1)
+    return hand @ np.asarray(WRIST_CAMERA_POS, dtype=np.float64), hand @ cam
+
+
+def wrist_camera_pose(cartesian):
+    """World pose of SimDROID's wrist camera for flange poses ``cartesian`` (..., 6) (xyz + Euler XYZ).
+
+    Returns position (..., 3) and rotation (..., 3, 3) whose columns are the camera's axes in the base
+    frame: x = image right, y = image up, z = backwards (MuJoCo cameras look along -z).
+    """
+    xp, is_torch = _backend(cartesian)
+    offset, rot = _wrist_camera_in_flange()
+    if is_torch:
+        offset = xp.as_tensor(offset, dtype=cartesian.dtype, device=cartesian.device)
+        rot = xp.as_tensor(rot, dtype=cartesian.dtype, device=cartesian.device)
+    flange = euler_xyz_to_matrix(cartesian[..., 3:6])
+    return cartesian[..., :3] + (flange @ offset[:, None])[..., 0], flange @ rot
+
+
+def wrist_camera_rays(cartesian, grid: int):
+    """Plücker rays of SimDROID's wrist camera through the centres of a ``grid`` x ``grid`` partition of
+    its (square) image, for flange poses ``cartesian`` (..., 6).
+
+    Returns (..., grid * grid, 6): per cell, row-major from the image's top-left, the unit direction d
+    (base frame) and the moment o x d (o the camera's position) -- a description of the line each
+    image region looks along that does not depend on where on the line o sits.
+    """
+    if grid < 1:
+        raise ValueError(f"grid must be >= 1, got {grid}")
+    xp, is_torch = _backend(cartesian)
+    pos, rot = wrist_camera_pose(cartesian)
+    half = math.tan(math.radians(WRIST_CAMERA_FOVY) / 2)
+    centres = (np.arange(grid) + 0.5) / grid * 2.0 - 1.0  # -1 .. 1, left to right
+    u, v = np.meshgrid(centres * half, -centres * half)  # rows top (image up) to bottom
+    d = np.stack([u, v, -np.ones_like(u)], axis=-1).reshape(-1, 3)
+    d = d / np.linalg.norm(d, axis=-1, keepdims=True)  # (G, 3) in the camera frame
+    if is_torch:
+        d = xp.as_tensor(d, dtype=cartesian.dtype, device=cartesian.device)
+    d = (rot[..., None, :, :] @ d[:, :, None])[..., 0]  # (..., G, 3) in the base frame
+    o = pos[..., None, :]
+    o = o.expand(d.shape) if is_torch else np.broadcast_to(o, d.shape)
+    m = xp.linalg.cross(o, d) if is_torch else np.cross(o, d)
+    return xp.cat([d, m], -1) if is_torch else np.concatenate([d, m], axis=-1)

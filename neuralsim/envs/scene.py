@@ -16,6 +16,7 @@ The scene is generated as an MJCF string so object counts, sizes and cameras liv
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -46,12 +47,19 @@ TIMESTEP = 1.0 / (K.CONTROL_HZ * SUBSTEPS)
 FINGER_OPEN = 0.04
 
 CAMERA_NAMES = ("exterior_1", "exterior_2", "wrist")
+#: The hand body's quaternion in the flange frame (a turn of ``K.HAND_YAW`` about z).
+_HAND_QUAT = f"{math.cos(K.HAND_YAW / 2):.6g} 0 0 {math.sin(K.HAND_YAW / 2):.6g}"
 #: Exterior cameras: (position, look-at point, vertical field of view [deg]).  Like DROID's two
 #: side cameras they stand beside and slightly behind the workspace and see the arm and the table.
 EXTERIOR_CAMERAS = {
     "exterior_1": ((0.20, 0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
     "exterior_2": ((0.20, -0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
 }
+
+
+def _vec(values) -> str:
+    """Numbers as an MJCF attribute value ("0.065 0 0.03")."""
+    return " ".join(f"{float(v):g}" for v in values)
 
 
 def look_at_xyaxes(pos, target) -> str:
@@ -193,12 +201,12 @@ def build_mjcf() -> str:
                     <joint name="joint7" axis="0 0 1" range="{_joint_range(6)}"/>
                     <geom class="visual" mesh="link7" quat="0.92388 0 0 -0.382683"/>
                     <site name="flange" pos="0 0 {K.FLANGE_OFFSET}" size="0.005"/>
-                    <body name="hand" pos="0 0 {K.FLANGE_OFFSET}" quat="0.92388 0 0 -0.382683" gravcomp="1">
+                    <body name="hand" pos="0 0 {K.FLANGE_OFFSET}" quat="{_HAND_QUAT}" gravcomp="1">
                       <inertial pos="0 0 0.03" mass="0.73" diaginertia="0.002 0.002 0.001"/>
                       <geom class="visual" mesh="hand"/>
                       <geom class="collision" mesh="hand" group="3"/>
                       <site name="tcp" pos="0 0 0.130" size="0.005"/>
-                      <camera name="wrist" pos="0.065 0 0.03" xyaxes="0 1 0 0.97 0 0.24" fovy="80"/>
+                      <camera name="wrist" pos="{_vec(K.WRIST_CAMERA_POS)}" xyaxes="{_vec(K.WRIST_CAMERA_XYAXES)}" fovy="{K.WRIST_CAMERA_FOVY:g}"/>
                       {_finger("left_finger", 1)}
                       {_finger("right_finger", -1)}
                     </body>

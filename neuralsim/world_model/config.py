@@ -132,6 +132,12 @@ class DiTConfig:
     """RoPE base for the temporal attention."""
     freq_dim: int = 128
     """Sinusoidal features of the noise level before its MLP."""
+    wrist_rays: bool = False
+    """Also add to each wrist-view token (the last view, ``neuralsim.episode.VIEW_NAMES``) an MLP of the
+    Plücker ray its image region looks along, from the frame's flange pose and SimDROID's wrist camera
+    geometry (:func:`neuralsim.kinematics.wrist_camera_rays`).  The AdaLN condition is one vector per frame
+    for all tokens; this gives the wrist tokens, whose view moves with the hand, a per-token geometry
+    signal.  Off by default; :meth:`WorldModel.with_wrist_rays` turns it on for a trained model."""
 
     def __post_init__(self) -> None:
         if self.latent_size % self.patch_size:

@@ -5,7 +5,8 @@ A *frame* is one time step: the latents of the three camera views, patchified in
 spatial attention.  The temporal attention is factorised: each token position attends to the same
 position in itself and earlier frames (frame-causal), with RoPE over the frame index on q and k.
 Every sub-layer is AdaLN-Zero modulated by a per-frame condition
-``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.
+``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.  Optionally (``DiTConfig.wrist_rays``)
+the wrist view's tokens also get a per-token embedding of the camera ray each one looks along.
 
 Entry points (one behaviour each):
 
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kinematics import wrist_camera_rays
 from .config import DiTConfig
 from .kv_cache import KVCache, RowIndex
 
@@ -167,6 +169,24 @@ class ConditionEmbedding(nn.Module):
         return self.mlp(featurise_condition(cond.float()))
 
 
+class WristRayEmbedding(nn.Module):
+    """Two-layer MLP of each wrist-view token's Plücker ray (``DiTConfig.wrist_rays``), (…, 7) -> (…, G, dim).
+
+    The output layer starts at zero, so a model that gains this embedding predicts exactly what it did
+    without it until training moves it.
+    """
+
+    def __init__(self, dim: int, grid: int):
+        super().__init__()
+        self.grid = grid
+        self.mlp = nn.Sequential(Linear(6, dim), nn.SiLU(), Linear(dim, dim))
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.zeros_(self.mlp[2].bias)
+
+    def forward(self, cond: torch.Tensor) -> torch.Tensor:
+        return self.mlp(wrist_camera_rays(cond[..., :6].float(), self.grid))
+
+
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor) -> torch.Tensor:
     """AdaLN: ``x * (1 + scale) + shift``, given ``1 + scale`` (see :meth:`CausalDiT.conditioning`)."""
     return torch.addcmul(shift, x, scale_plus_one)
@@ -298,6 +318,7 @@ class CausalDiT(nn.Module):
         self.pos_embed = nn.Parameter(torch.randn(cfg.tokens_per_frame, d) * 0.02)
         self.noise_embed = NoiseLevelEmbedding(d, cfg.freq_dim)
         self.cond_embed = ConditionEmbedding(d)
+        self.ray_embed = WristRayEmbedding(d, cfg.latent_size // cfg.patch_size) if cfg.wrist_rays else None
         self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.depth))
         self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.final_ada = nn.Sequential(nn.SiLU(), Linear(d, 2 * d))
@@ -332,9 +353,12 @@ class CausalDiT(nn.Module):
 
     def conditioning(self, t: torch.Tensor, cond: torch.Tensor) -> "Conditioning":
         """What a pass derives from (noise level, condition) alone: c = embed(t) + MLP(cond) (B, T, D) and
-        from it every block's AdaLN modulation (B, T, 9D) and the head's (shift, 1 + scale) (B, T, 2D)."""
+        from it every block's AdaLN modulation (B, T, 9D) and the head's (shift, 1 + scale) (B, T, 2D);
+        with ``wrist_rays`` also the wrist tokens' ray embeddings (B, T, tokens_per_view, D)."""
         c = self.noise_embed(t) + self.cond_embed(cond)
-        return Conditioning([block.modulation(c) for block in self.blocks], self.final_ada(c) + self.final_offset)
+        rays = None if self.ray_embed is None else self.ray_embed(cond)
+        return Conditioning([block.modulation(c) for block in self.blocks], self.final_ada(c) + self.final_offset,
+                            rays)
 
     def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
              kv_only: bool = False, conditioning: "Conditioning | None" = None) -> torch.Tensor | None:
@@ -346,6 +370,9 @@ class CausalDiT(nn.Module):
         """
         h = self.patch_embed(self.patchify(x)) + self.pos_embed  # (B, T, N, D)
         mods = self.conditioning(t, cond) if conditioning is None else conditioning
+        if mods.wrist is not None:  # the wrist view's tokens are the last tokens_per_view of a frame
+            split = h.shape[2] - self.config.tokens_per_view
+            h = torch.cat([h[:, :, :split], h[:, :, split:] + mods.wrist], dim=2)
         last = len(self.blocks) - 1
         for i, (block, core) in enumerate(zip(self.blocks, temporal_cores)):
             h = block(h, mods.blocks[i], core, kv_only=kv_only and i == last)
@@ -490,7 +517,9 @@ class CausalDiT(nn.Module):
         if pending_conditioning is None:
             pending_conditioning = self.conditioning(torch.zeros(b, 1, device=x.device), pending_cond[:, None])
         both = Conditioning([torch.cat([p, c], dim=1) for p, c in zip(pending_conditioning.blocks, conditioning.blocks)],
-                            torch.cat([pending_conditioning.final, conditioning.final], dim=1))
+                            torch.cat([pending_conditioning.final, conditioning.final], dim=1),
+                            None if conditioning.wrist is None else
+                            torch.cat([pending_conditioning.wrist, conditioning.wrist], dim=1))
         store: list = []
         v = self._run(torch.stack([pending, x], dim=1), None, None, self._pending_cores(context, store),
                       conditioning=both)[:, 1]
@@ -544,14 +573,17 @@ class CausalDiT(nn.Module):
 @dataclass
 class Conditioning:
     """Per-block AdaLN modulations (B, T, 9D) and the head's (B, T, 2D) of some (noise level, cond) frames,
-    scales already as ``1 + scale``."""
+    scales already as ``1 + scale``; with ``DiTConfig.wrist_rays`` also ``wrist`` (B, T, tokens_per_view, D),
+    added to the wrist view's tokens."""
 
     blocks: list[torch.Tensor]
     final: torch.Tensor
+    wrist: torch.Tensor | None = None
 
     def select(self, index: int) -> "Conditioning":
         """Frame ``index`` along T only (T becomes 1)."""
-        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1])
+        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1],
+                            None if self.wrist is None else self.wrist[:, index:index + 1])
 
 
 @dataclass

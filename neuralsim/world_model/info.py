@@ -106,6 +106,7 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
                                                                             ae.latent_channels],
             "decoder_layers_per_block": ae.decoder_depth, "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
+            "wrist_rays": dit.wrist_rays,
         },
         "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
                       "schedule": list(config.schedule)},
@@ -134,7 +135,7 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         f"  views: {a['views']} x {a['image_size']}x{a['image_size']} -> latents "
         f"{'x'.join(str(x) for x in a['latent'])}; decoder {a['decoder_layers_per_block']} layer(s) per block",
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
-        f"pose conditioning {a['cond_dim']}-d",
+        f"pose conditioning {a['cond_dim']}-d" + (" + wrist camera rays" if a["wrist_rays"] else ""),
         f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
         f"noise levels {', '.join(f'{t:g}' for t in inf['schedule'])}",
     ]

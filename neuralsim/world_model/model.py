@@ -278,6 +278,24 @@ class WorldModel(nn.Module):
         return new.eval()
 
     @torch.no_grad()
+    def with_wrist_rays(self) -> "WorldModel":
+        """A copy of this model whose DiT also reads per-token wrist camera rays (``DiTConfig.wrist_rays``).
+
+        Every existing weight is copied bit for bit and the new ray embedding's output layer starts at zero,
+        so the copy predicts exactly what this model does until it is trained (its hidden layer's initial
+        weights come from the global torch RNG).  The recipe is kept.
+        """
+        if self.config.dit.wrist_rays:
+            raise ValueError("this model's DiT already reads wrist camera rays")
+        cfg = WorldModelConfig.from_dict(self.config.to_dict())
+        cfg.dit = dataclasses.replace(cfg.dit, wrist_rays=True)
+        new = type(self)(cfg).to(self.device)
+        own = new.state_dict()
+        for name, t in self.state_dict().items():
+            own[name].copy_(t)
+        return new.eval()
+
+    @torch.no_grad()
     def with_decoder_layers(self, layers_per_block: int) -> "WorldModel":
         """A copy of this model whose decoder has ``layers_per_block + 1`` ResNets per up block.
 

@@ -133,6 +133,10 @@ class TrainConfig:
     decoder_layers_per_block: int | None = None
     """Decoder stage started from ``init_from``: rebuild the decoder with this many layers per block
     first (:meth:`~neuralsim.world_model.model.WorldModel.with_decoder_layers`; 0 = a faster decoder)."""
+    wrist_rays: bool = False
+    """DiT stage: give the DiT the per-token wrist camera rays (``DiTConfig.wrist_rays``) -- a fresh DiT is
+    built with them; an ``init_from`` model without them gains a zero-initialised ray embedding
+    (:meth:`~neuralsim.world_model.model.WorldModel.with_wrist_rays`), so training starts from its predictions."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -199,6 +203,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="encode clips as they are drawn instead of every episode up front")
     parser.add_argument("--num-threads", dest="num_threads", type=int, default=None)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.add_argument("--wrist-rays", dest="wrist_rays", action="store_true",
+                        help="--stage dit: the DiT also reads each wrist token's camera ray (a model from --init-from "
+                             "gains a zero-initialised ray embedding)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -430,6 +437,8 @@ def train(cfg: TrainConfig) -> dict:
     if dit_shape and (cfg.stage != "dit" or cfg.init_from):
         raise ValueError("--dit-dim/--dit-depth/--dit-heads shape a fresh DiT; they need --stage dit and no --init-from "
                          f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if cfg.wrist_rays and cfg.stage != "dit":
+        raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     if any(v < 1 for v in dit_shape.values()):
         raise ValueError(f"DiT dim, depth and heads must be >= 1, got {dit_shape}")
     if cfg.deadline is not None and not math.isfinite(cfg.deadline):
@@ -462,7 +471,8 @@ def train(cfg: TrainConfig) -> dict:
 
     # --- model -------------------------------------------------------------------
     def fresh_dit():
-        return dataclasses.replace(preset(cfg.config).dit, **dit_shape)  # its __post_init__ checks the shape
+        # its __post_init__ checks the shape
+        return dataclasses.replace(preset(cfg.config).dit, **dit_shape, **({"wrist_rays": True} if cfg.wrist_rays else {}))
 
     if ckpt is not None:
         model = WorldModel.from_pretrained(ckpt / "raw")
@@ -471,6 +481,8 @@ def train(cfg: TrainConfig) -> dict:
         if differ:
             raise ValueError(f"{out} holds a run whose DiT differs from the one asked for ((checkpoint, asked): {differ}); "
                              "use another --out or --no-resume")
+        if cfg.wrist_rays and not model.config.dit.wrist_rays:
+            raise ValueError(f"{out} holds a run whose DiT has no wrist rays; use another --out or --no-resume")
     elif cfg.init_from:
         model = WorldModel.from_pretrained(cfg.init_from)
         log.info("initialised from %s (its config wins over --config)", cfg.init_from)
@@ -478,6 +490,10 @@ def train(cfg: TrainConfig) -> dict:
         if depth is not None and depth != model.config.autoencoder.decoder_depth:
             model = model.with_decoder_layers(depth)
             log.info("decoder rebuilt with %d layers per block (%d ResNets per level)", depth, depth + 1)
+        if cfg.wrist_rays and not model.config.dit.wrist_rays:
+            torch.manual_seed(cfg.seed)
+            model = model.with_wrist_rays()
+            log.info("the DiT gained a zero-initialised wrist camera ray embedding")
     elif cfg.autoencoder_from:
         donor = WorldModel.from_pretrained(cfg.autoencoder_from)
         torch.manual_seed(cfg.seed)
@@ -568,7 +584,8 @@ def train(cfg: TrainConfig) -> dict:
             "stage": cfg.stage, "objective": stage_obj,
             "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget,
             **({"continues_from_step": prior_steps} if prior_steps else {}),
-            **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {})}]
+            **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
+            **({"wrist_rays": True} if cfg.wrist_rays else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one

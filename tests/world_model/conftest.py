@@ -31,6 +31,17 @@ def tiny_model() -> WorldModel:
     return wm.eval()
 
 
+@pytest.fixture(params=[False, True], ids=["plain", "wrist_rays"])
+def tiny_model_any(request) -> WorldModel:
+    """The tiny model, and the same with ``DiTConfig.wrist_rays`` (its ray embedding randomised too)."""
+    torch.manual_seed(0)
+    cfg = preset("tiny")
+    cfg.dit.wrist_rays = request.param
+    wm = WorldModel(cfg)
+    randomise(wm.dit)
+    return wm.eval()
+
+
 def latents(cfg, *lead: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     d = cfg.dit

@@ -8,11 +8,11 @@ import torch
 from neuralsim.world_model.dit import featurise_condition, temporal_mask
 from neuralsim.world_model.sampler import euler_step, sample_frame
 
-from .conftest import conds, latents
+from .conftest import conds, latents, randomise
 
 
-def test_causality_changing_frame_j_never_changes_earlier_frames(tiny_model):
-    dit, cfg = tiny_model.dit, tiny_model.config
+def test_causality_changing_frame_j_never_changes_earlier_frames(tiny_model_any):
+    dit, cfg = tiny_model_any.dit, tiny_model_any.config
     T = 6
     x, c = latents(cfg, 2, T), conds(2, T)
     t = torch.rand(2, T, generator=torch.Generator().manual_seed(3))
@@ -57,8 +57,8 @@ def _recompute_frame(dit, history, hist_cond, noise, cond, schedule, window, num
 
 
 @pytest.mark.parametrize("window,num_sink", [(4, 0), (4, 1), (1, 0)])
-def test_kv_cache_equals_full_recompute_before_and_after_the_window_slides(tiny_model, window, num_sink):
-    wm, dit, cfg = tiny_model, tiny_model.dit, tiny_model.config
+def test_kv_cache_equals_full_recompute_before_and_after_the_window_slides(tiny_model_any, window, num_sink):
+    wm, dit, cfg = tiny_model_any, tiny_model_any.dit, tiny_model_any.config
     B, steps = 2, 3 * window + 2
     state = wm.new_state(B, window=window, num_sink=num_sink)
     frames = [latents(cfg, B, seed=10)]
@@ -84,10 +84,10 @@ def _views(wm, b, seed):
 
 
 @pytest.mark.parametrize("window,num_sink", [(4, 0), (4, 1), (3, 2), (1, 0)])
-def test_fused_commit_generation_equals_full_recompute(tiny_model, window, num_sink):
+def test_fused_commit_generation_equals_full_recompute(tiny_model_any, window, num_sink):
     """WorldModel.generate commits each frame inside the next frame's first pass; the frames must still
     be those of the full causal DiT over the whole history (window slides, sinks, a ring of size 0)."""
-    wm, dit, cfg = tiny_model, tiny_model.dit, tiny_model.config
+    wm, dit, cfg = tiny_model_any, tiny_model_any.dit, tiny_model_any.config
     B, steps = 2, 3 * window + 2
     state = wm.new_state(B, window=window, num_sink=num_sink)
     views, c0 = _views(wm, B, seed=9), conds(B, seed=11)
@@ -106,9 +106,9 @@ def test_fused_commit_generation_equals_full_recompute(tiny_model, window, num_s
     assert torch.equal(state.pending, frames[-1]) and torch.equal(state.pending_cond, cs[-1])
 
 
-def test_fused_commit_per_row_steps_and_resets(tiny_model):
+def test_fused_commit_per_row_steps_and_resets(tiny_model_any):
     """Rows stepped in subsets, and a row reset mid-episode, generate what they would alone."""
-    wm, cfg = tiny_model, tiny_model.config
+    wm, cfg = tiny_model_any, tiny_model_any.config
     B, W = 3, 4
     together, split = wm.new_state(B, window=W), wm.new_state(B, window=W)
     views, c0 = _views(wm, B, seed=1), conds(B, seed=2)
@@ -244,3 +244,46 @@ def test_linear_inference_path_equals_nn_linear_and_follows_weight_changes():
 
     y = lin(x.double())  # grad enabled: the plain path, which autograd can differentiate
     assert y.requires_grad
+
+
+def test_with_wrist_rays_starts_from_the_same_predictions_then_reads_the_rays(tiny_model):
+    """A model that gains the wrist ray embedding predicts bit for bit what it did (zero-initialised output);
+    once the embedding is trained it changes the prediction with the flange pose, and it keys on the pose
+    alone: a gripper-only change moves no ray."""
+    wm = tiny_model.with_wrist_rays()
+    assert wm.config.dit.wrist_rays and not tiny_model.config.dit.wrist_rays
+    with pytest.raises(ValueError, match="already"):
+        wm.with_wrist_rays()
+    cfg = wm.config
+    x, c = latents(cfg, 2, 5), conds(2, 5)
+    t = torch.rand(2, 5, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(wm.dit(x, t, c), tiny_model.dit(x, t, c))
+        randomise(wm.dit.ray_embed, seed=9)
+        moved = c.clone()
+        moved[:, :, 0] += 0.05  # the flange (and so every wrist ray) 5 cm along x
+        base = wm.dit.conditioning(t, c)
+        assert base.wrist.shape == (2, 5, cfg.dit.tokens_per_view, cfg.dit.dim)
+        assert not torch.allclose(wm.dit.conditioning(t, moved).wrist, base.wrist)
+        assert not torch.allclose(wm.dit(x, t, moved), tiny_model.dit(x, t, moved))
+        gripper = c.clone()
+        gripper[:, :, 6] += 1.0
+        assert torch.equal(wm.dit.conditioning(t, gripper).wrist, base.wrist)
+
+
+def test_wrist_rays_reach_only_the_wrist_tokens_directly(tiny_model):
+    """With the trunk's blocks gated off (AdaLN-Zero at init), a token's output depends only on its own
+    input: the ray embedding then moves the wrist view's prediction and leaves the exterior views alone."""
+    torch.manual_seed(0)
+    cfg = tiny_model.config
+    plain = type(tiny_model)(cfg).eval()  # AdaLN-Zero init: blocks are the identity
+    wm = plain.with_wrist_rays()
+    with torch.no_grad():
+        for module in (wm.dit.final_out, wm.dit.final_ada[1]):
+            randomise(module, seed=3)
+        plain.load_state_dict({k: v for k, v in wm.state_dict().items() if not k.startswith("dit.ray_embed.")})
+        randomise(wm.dit.ray_embed, seed=9)
+        x, c, t = latents(cfg, 1, 3), conds(1, 3), torch.full((1, 3), 0.5)
+        a, b = plain.dit(x, t, c), wm.dit(x, t, c)
+    assert torch.equal(a[:, :, :-1], b[:, :, :-1])  # exterior views untouched
+    assert not torch.allclose(a[:, :, -1], b[:, :, -1])  # the wrist view (the last one) moved

@@ -48,6 +48,17 @@ def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint):
     assert info["inference"]["schedule"] == list(wm.config.schedule)
     assert info["file_bytes"]["model.safetensors"] == (tiny_checkpoint / "model.safetensors").stat().st_size
     assert "format and config hash OK" in format_checkpoint_info(info)
+    assert info["architecture"]["wrist_rays"] is False and "wrist camera rays" not in format_checkpoint_info(info)
+
+
+def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, tmp_path):
+    wm = WorldModel.from_pretrained(tiny_checkpoint).with_wrist_rays()
+    wm.save_pretrained(tmp_path / "rays")
+    info, plain = checkpoint_info(tmp_path / "rays"), checkpoint_info(tiny_checkpoint)
+    assert info["architecture"]["wrist_rays"] is True
+    assert "pose conditioning 7-d + wrist camera rays" in format_checkpoint_info(info)
+    extra = sum(p.numel() for p in wm.dit.ray_embed.parameters())
+    assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
 
 
 def test_cli_prints_the_shipped_models_recipe(capsys):

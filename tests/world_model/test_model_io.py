@@ -26,12 +26,12 @@ def _rollout(wm, steps=8, seed=123):
     return torch.stack([wm.step(state, conds(2, seed=10 + i), generator=g) for i in range(steps)])
 
 
-def test_step_api_shapes_and_determinism(tiny_model):
-    out = _rollout(tiny_model)
-    s = tiny_model.config.autoencoder.image_size
+def test_step_api_shapes_and_determinism(tiny_model_any):
+    out = _rollout(tiny_model_any)
+    s = tiny_model_any.config.autoencoder.image_size
     assert out.shape == (8, 2, 3, s, s, 3) and out.dtype == torch.uint8
-    assert torch.equal(out, _rollout(tiny_model))
-    assert not torch.equal(out, _rollout(tiny_model, seed=124))
+    assert torch.equal(out, _rollout(tiny_model_any))
+    assert not torch.equal(out, _rollout(tiny_model_any, seed=124))
 
 
 def test_reset_subset_of_rows_and_bad_inputs(tiny_model):
@@ -60,16 +60,16 @@ def test_encode_decode_shapes(tiny_model):
     assert tiny_model.decode(z).shape == v.shape
 
 
-def test_save_load_round_trip_is_bit_exact(tiny_model, tmp_path):
-    randomise(tiny_model.autoencoder, seed=3, std=0.05)
-    tiny_model.latent_mean.fill_(0.1)
-    tiny_model.config.recipe = {"note": "test"}
-    tiny_model.save_pretrained(tmp_path / "m")
+def test_save_load_round_trip_is_bit_exact(tiny_model_any, tmp_path):
+    randomise(tiny_model_any.autoencoder, seed=3, std=0.05)
+    tiny_model_any.latent_mean.fill_(0.1)
+    tiny_model_any.config.recipe = {"note": "test"}
+    tiny_model_any.save_pretrained(tmp_path / "m")
     loaded = WorldModel.from_pretrained(tmp_path / "m")
-    assert loaded.config == tiny_model.config
-    for (k, a), (k2, b) in zip(tiny_model.state_dict().items(), loaded.state_dict().items()):
+    assert loaded.config == tiny_model_any.config
+    for (k, a), (k2, b) in zip(tiny_model_any.state_dict().items(), loaded.state_dict().items()):
         assert k == k2 and torch.equal(a, b)
-    assert torch.equal(_rollout(tiny_model), _rollout(loaded))
+    assert torch.equal(_rollout(tiny_model_any), _rollout(loaded))
 
 
 def test_float16_checkpoint_halves_the_file_and_loads_as_float32(tiny_model, tmp_path):

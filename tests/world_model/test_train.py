@@ -349,3 +349,25 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     model = WorldModel.from_pretrained(out / "model")
     assert all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
     assert [s for s, _ in _losses(out)] == [3]  # nothing is logged from the bad step on
+
+
+def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path):
+    """``--wrist-rays`` with ``--init-from``: the model gains the zero-initialised ray embedding, so its first
+    loss equals the same run's without the option; training then moves the embedding, and the config and
+    recipe record it.  It is refused outside the DiT stage and when resuming a run without it."""
+    base = tmp_path / "base"
+    train(_cfg(base, steps=2))
+    plain, rays = tmp_path / "plain", tmp_path / "rays"
+    train(_cfg(plain, steps=3, init_from=str(base / "model")))
+    train(_cfg(rays, steps=3, init_from=str(base / "model"), wrist_rays=True))
+    assert _losses(rays)[0] == _losses(plain)[0]
+    assert _losses(rays) != _losses(plain)
+    m = WorldModel.from_pretrained(rays / "model")
+    assert m.config.dit.wrist_rays and m.config.recipe["stages"][-1]["wrist_rays"] is True
+    assert m.dit.ray_embed.mlp[2].weight.abs().max() > 0  # trained away from its zero start
+    assert not WorldModel.from_pretrained(plain / "model").config.dit.wrist_rays
+    train(_cfg(rays, steps=4, wrist_rays=True))  # resumes a run that has them
+    with pytest.raises(ValueError, match="no wrist rays"):
+        train(_cfg(plain, steps=4, wrist_rays=True))
+    with pytest.raises(ValueError, match="needs --stage dit"):
+        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), wrist_rays=True))
