@@ -17,6 +17,8 @@
 # idle and EPISODES/6 random, seeds 5,000,000+ / 5,100,000+; --data DATA,DATA_idle,DATA_random): the world model
 # then sees actions no expert takes (docs/FIDELITY.md, "No-skill episodes in the world model").
 # Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
+# WRIST_RAYS=1 gives the DiT per-token wrist camera rays (--wrist-rays, DiTConfig.wrist_rays; a model from INIT
+# without them gains a zero-initialised ray embedding).
 # COMPILE=1 runs the DiT stages under torch.compile (--compile; untried on a GPU so far: compare the logged
 # s_per_step with an earlier call's before keeping it).
 set -euo pipefail
@@ -37,6 +39,7 @@ T0=$(date +%s); END=$(( T0 + PIPE_MIN * 60 ))
 log() { echo "== $(date -u +%T) +$(( $(date +%s) - T0 ))s $*"; }
 COMMON=(--device "$DEVICE" --checkpoint-every 250 --sample-every -1 --no-progress)
 DIT_EXTRA=(); [ -z "${COMPILE:-}" ] || DIT_EXTRA=(--compile)
+[ -z "${WRIST_RAYS:-}" ] || DIT_EXTRA+=(--wrist-rays)
 
 log "data: $EPISODES episodes -> $DATA"
 $PY -m neuralsim.cli data generate "$DATA" --episodes "$EPISODES" --workers "$WORKERS" --frames-format npy \
