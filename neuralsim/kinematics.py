@@ -11,6 +11,7 @@ result has the input's type, dtype and device.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -202,9 +203,11 @@ def forward_kinematics(q):
     return np.concatenate([pos, eul], axis=-1)
 
 
+@functools.lru_cache(maxsize=None)
 def _wrist_camera_in_flange() -> tuple[np.ndarray, np.ndarray]:
     """The wrist camera's position (3,) and rotation (3, 3) in the flange frame, axes as MuJoCo builds
-    them from ``xyaxes``: x normalised, y made orthogonal to x and normalised, z = x cross y."""
+    them from ``xyaxes``: x normalised, y made orthogonal to x and normalised, z = x cross y.  Constants,
+    computed once (read-only arrays): the world model's conditioning calls this for every frame."""
     c, s = math.cos(HAND_YAW), math.sin(HAND_YAW)
     hand = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
     x = np.asarray(WRIST_CAMERA_XYAXES[:3], dtype=np.float64)
@@ -213,7 +216,23 @@ def _wrist_camera_in_flange() -> tuple[np.ndarray, np.ndarray]:
     y = y - x * (x @ y)
     y = y / np.linalg.norm(y)
     cam = np.stack([x, y, np.cross(x, y)], axis=1)
-    return hand @ np.asarray(WRIST_CAMERA_POS, dtype=np.float64), hand @ cam
+    pos, rot = hand @ np.asarray(WRIST_CAMERA_POS, dtype=np.float64), hand @ cam
+    pos.setflags(write=False)
+    rot.setflags(write=False)
+    return pos, rot
+
+
+@functools.lru_cache(maxsize=None)
+def _wrist_camera_directions(grid: int) -> np.ndarray:
+    """Unit directions (grid * grid, 3), camera frame, through the centres of a grid x grid partition of the
+    wrist image, row-major from its top-left (read-only, computed once per grid)."""
+    half = math.tan(math.radians(WRIST_CAMERA_FOVY) / 2)
+    centres = (np.arange(grid) + 0.5) / grid * 2.0 - 1.0  # -1 .. 1, left to right
+    u, v = np.meshgrid(centres * half, -centres * half)  # rows top (image up) to bottom
+    d = np.stack([u, v, -np.ones_like(u)], axis=-1).reshape(-1, 3)
+    d = d / np.linalg.norm(d, axis=-1, keepdims=True)
+    d.setflags(write=False)
+    return d
 
 
 def wrist_camera_pose(cartesian):
@@ -225,8 +244,8 @@ def wrist_camera_pose(cartesian):
     xp, is_torch = _backend(cartesian)
     offset, rot = _wrist_camera_in_flange()
     if is_torch:
-        offset = xp.as_tensor(offset, dtype=cartesian.dtype, device=cartesian.device)
-        rot = xp.as_tensor(rot, dtype=cartesian.dtype, device=cartesian.device)
+        offset = xp.tensor(offset, dtype=cartesian.dtype, device=cartesian.device)  # a copy: the constants are read-only
+        rot = xp.tensor(rot, dtype=cartesian.dtype, device=cartesian.device)
     flange = euler_xyz_to_matrix(cartesian[..., 3:6])
     return cartesian[..., :3] + (flange @ offset[:, None])[..., 0], flange @ rot
 
@@ -243,13 +262,9 @@ def wrist_camera_rays(cartesian, grid: int):
         raise ValueError(f"grid must be >= 1, got {grid}")
     xp, is_torch = _backend(cartesian)
     pos, rot = wrist_camera_pose(cartesian)
-    half = math.tan(math.radians(WRIST_CAMERA_FOVY) / 2)
-    centres = (np.arange(grid) + 0.5) / grid * 2.0 - 1.0  # -1 .. 1, left to right
-    u, v = np.meshgrid(centres * half, -centres * half)  # rows top (image up) to bottom
-    d = np.stack([u, v, -np.ones_like(u)], axis=-1).reshape(-1, 3)
-    d = d / np.linalg.norm(d, axis=-1, keepdims=True)  # (G, 3) in the camera frame
+    d = _wrist_camera_directions(int(grid))  # (G, 3) in the camera frame
     if is_torch:
-        d = xp.as_tensor(d, dtype=cartesian.dtype, device=cartesian.device)
+        d = xp.tensor(d, dtype=cartesian.dtype, device=cartesian.device)
     d = (rot[..., None, :, :] @ d[:, :, None])[..., 0]  # (..., G, 3) in the base frame
     o = pos[..., None, :]
     o = o.expand(d.shape) if is_torch else np.broadcast_to(o, d.shape)

@@ -23,23 +23,24 @@ def _threads():
     yield
 
 
-@pytest.fixture
-def tiny_model() -> WorldModel:
+def _tiny(wrist_rays: bool = False) -> WorldModel:
     torch.manual_seed(0)
-    wm = WorldModel(preset("tiny"))
+    cfg = preset("tiny")
+    cfg.dit.wrist_rays = wrist_rays
+    wm = WorldModel(cfg)
     randomise(wm.dit)
     return wm.eval()
+
+
+@pytest.fixture
+def tiny_model() -> WorldModel:
+    return _tiny()
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "wrist_rays"])
 def tiny_model_any(request) -> WorldModel:
     """The tiny model, and the same with ``DiTConfig.wrist_rays`` (its ray embedding randomised too)."""
-    torch.manual_seed(0)
-    cfg = preset("tiny")
-    cfg.dit.wrist_rays = request.param
-    wm = WorldModel(cfg)
-    randomise(wm.dit)
-    return wm.eval()
+    return _tiny(request.param)
 
 
 def latents(cfg, *lead: int, seed: int = 0) -> torch.Tensor:
