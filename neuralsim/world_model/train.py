@@ -657,8 +657,10 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.deadline is not None:
             step_time = statistics.median_high(step_secs)
             past_deadline = now + step_time >= cfg.deadline
-            if step % 10 == 0:  # the bar's total: the steps the deadline leaves room for
-                bar.total = min(cfg.steps, step + int(max(0.0, cfg.deadline - now) / step_time))
+            # the bar's total: the steps the deadline leaves room for, re-estimated every 10 steps and whenever
+            # the run outpaces the estimate (tqdm drops a total the count has passed and shows a bare "Nit")
+            if step % 10 == 0 or step >= (bar.total or 0):
+                bar.total = min(cfg.steps, max(step + 1, step + int(max(0.0, cfg.deadline - now) / step_time)))
                 bar.refresh()
         out_of_time = cfg.max_minutes is not None and (now - t_start) / 60 >= cfg.max_minutes
         out_of_time = out_of_time or past_deadline
@@ -687,6 +689,8 @@ def train(cfg: TrainConfig) -> dict:
             _write_sample(out, cfg, dataset, step)
         if out_of_time:
             if past_deadline:
+                bar.total = step  # the deadline's run ends here: the bar closes at n/n, not at its last estimate
+                bar.refresh()
                 log.info("--deadline %s reached at step %d; checkpoint written", _iso(cfg.deadline), step)
             else:
                 log.info("time budget reached at step %d; checkpoint written", step)
