@@ -6,6 +6,7 @@ Usage::
     python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --ood-data data/simdroid_ood
     python -m benchmarks.fidelity --compare runs/df/model runs/sf/model --data data/simdroid_heldout
     python -m benchmarks.fidelity --compare neuralsim/assets/world_model runs/fine/ae/model --autoencoder-only
+    python -m benchmarks.fidelity --paired benchmarks/results/fidelity.json runs/candidate_fidelity.json
     python -m benchmarks.object_probe                    # (re)train the object-position probe only
 
 Protocol (``docs/FIDELITY.md`` has the reasoning and the results table):
@@ -31,6 +32,12 @@ Protocol (``docs/FIDELITY.md`` has the reasoning and the results table):
   answer on the generated last frame and the simulator's final position (``final_poses`` of the
   episode record); the probe's own error on the true last frames is reported beside it as the
   measurement floor.
+
+* **Paired A/Bs.**  Every split's result keeps each episode's score (``per_episode``, by window and
+  view, and ``episode_indices``).  Two models rolled out on the same episodes differ by less than the
+  episodes differ among themselves, so ``--compare`` (every later model against the first) and
+  ``--paired A.json B.json`` (two saved reports) print the mean per-episode difference B - A with a 95%
+  interval and how many episodes B wins: a change of a few hundredths of a dB can be told from noise.
 
 ``--quick`` evaluates :data:`QUICK_EPISODES` held-out episodes (and :data:`QUICK_OOD_EPISODES` of
 ``--ood-data``) and never trains the probe (without a saved probe the position columns are empty).
@@ -142,6 +149,17 @@ def frame_metrics(generated: list[np.ndarray], truth: list[np.ndarray], windows:
             by_view["mean"] = float(np.mean(list(by_view.values())))
             by_view["frames"] = int(len(stacked))
             out[name][wname] = by_view
+        # per episode (for paired A/Bs): each episode's mean over the window's frames, per view and over views;
+        # None where the episode has no frame in the window
+        out[name]["per_episode"] = per_episode = {}
+        for wname, frames in windows.items():
+            cols: dict[str, list[float | None]] = {view: [] for view in (*VIEW_NAMES, "mean")}
+            for v in values:
+                rows = v[[t - 1 for t in frames if t - 1 < len(v)]]
+                for i, view in enumerate(VIEW_NAMES):
+                    cols[view].append(round(float(rows[:, i].mean()), 5) if len(rows) else None)
+                cols["mean"].append(round(float(rows.mean()), 5) if len(rows) else None)
+            per_episode[wname] = cols
         # per-frame curve (mean over episodes and views), frames 1 .. 2H
         curve = []
         for t in range(1, last + 1):
@@ -375,7 +393,8 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
                           denoising_steps=cfg.denoising_steps, progress=cfg.progress)
     t_gen = time.perf_counter() - t0
     windows = Windows(wm.config.clip_length)
-    res: dict[str, Any] = {"episodes": len(episodes), "frames_generated": int(sum(len(g) - 1 for g in generated)),
+    res: dict[str, Any] = {"episodes": len(episodes), "episode_indices": [e.index for e in episodes],
+                           "frames_generated": int(sum(len(g) - 1 for g in generated)),
                            "generation_seconds": round(t_gen, 2)}
     res.update(frame_metrics(generated, [e.frames for e in episodes], windows))
     res["autoencoder_ceiling"] = autoencoder_ceiling(wm, episodes, windows)
@@ -397,6 +416,91 @@ def autoencoder_ceiling(wm, episodes: Sequence[EvalEpisode], windows: Windows) -
     ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
                             windows)
     return {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
+
+
+# ---------------------------------------------------------------------------------------------- paired A/B
+#: Paired rows: (metric, window) of the frame metrics, then the end-of-episode cube error.
+PAIRED_ROWS = (("psnr", "in_horizon"), ("psnr", "beyond"), ("ssim", "in_horizon"), ("ssim", "beyond"))
+
+
+def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """B minus A, episode by episode, for two evaluations of one split (``results[i]["splits"][split]``).
+
+    Every episode is scored by both models, so the spread *between* episodes (some are hard for any model)
+    cancels and a difference of a few hundredths of a dB can be told from noise.  For each (metric, window)
+    and view: the mean of the per-episode differences, its standard error, a 95% interval (normal
+    approximation; the splits have 30-60 episodes) and how many episodes B scores higher.  Episodes are
+    matched by their index in the split; those only one side scored are left out (``episodes`` says how
+    many pair up).  The cube row is the end-of-episode position error (lower is better), with the
+    episodes that cross the 5 cm line each way.
+    """
+    for name, r in (("A", a), ("B", b)):
+        if "episode_indices" not in r or "per_episode" not in (r.get("psnr") or {}):
+            raise ValueError(f"report {name} has no per-episode scores: it predates them (session 46) or is an "
+                             "--autoencoder-only report; evaluate it again")
+    ia = {idx: k for k, idx in enumerate(a["episode_indices"])}
+    pairs = [(ia[idx], k) for k, idx in enumerate(b["episode_indices"]) if idx in ia]
+    if not pairs:
+        raise ValueError("the two reports share no episode: were they run on the same split?")
+    out: dict[str, Any] = {"episodes": len(pairs), "frames": {}}
+    for metric, window in PAIRED_ROWS:
+        pa, pb = a[metric]["per_episode"][window], b[metric]["per_episode"][window]
+        row = {}
+        for view in (*VIEW_NAMES, "mean"):
+            d = np.array([pb[view][j] - pa[view][i] for i, j in pairs
+                          if pa[view][i] is not None and pb[view][j] is not None], np.float64)
+            row[view] = _difference_summary(d)
+        out["frames"][f"{metric}_{window}"] = row
+    ea = (a.get("position") or {}).get("per_episode_error_m")
+    eb = (b.get("position") or {}).get("per_episode_error_m")
+    if ea is not None and eb is not None:
+        xa = np.array([ea[i] for i, _ in pairs], np.float64)
+        xb = np.array([eb[j] for _, j in pairs], np.float64)
+        cube = _difference_summary(xb - xa)
+        cube["b_better"] = int((xb < xa).sum())  # lower error is better here
+        cube["into_5cm"] = int(((xb < POSITION_TOLERANCE_M) & (xa >= POSITION_TOLERANCE_M)).sum())
+        cube["out_of_5cm"] = int(((xb >= POSITION_TOLERANCE_M) & (xa < POSITION_TOLERANCE_M)).sum())
+        out["cube_end_error_m"] = cube
+    return out
+
+
+def _difference_summary(d: np.ndarray) -> dict[str, Any]:
+    if len(d) == 0:
+        return {"n": 0, "mean": None, "se": None, "ci95": None, "b_better": 0}
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None
+    mean = float(d.mean())
+    return {"n": int(len(d)), "mean": mean, "se": se,
+            "ci95": None if se is None else [mean - 1.96 * se, mean + 1.96 * se], "b_better": int((d > 0).sum())}
+
+
+def format_paired(label_a: str, label_b: str, split: str, diff: dict[str, Any]) -> str:
+    """The paired table: per (metric, window), each view's and the mean's difference B - A, then B's wins."""
+    columns = (*VIEW_NAMES, "mean")
+
+    def cell(summary: dict[str, Any], decimals: int) -> str:
+        if summary["mean"] is None:
+            return f"{'-':>22}"
+        text = f"{summary['mean']:+.{decimals}f}"
+        if summary["se"] is not None:
+            text += f" ± {1.96 * summary['se']:.{decimals}f}"
+        return f"{text:>22}"
+
+    def wins(summary: dict[str, Any]) -> str:
+        return f"{str(summary['b_better']) + '/' + str(summary['n']):>22}"
+
+    head = f"{'':<18}" + "".join(f"{v.replace('_left', '').replace('_image', ''):>22}" for v in columns)
+    lines = [f"paired, {label_b} - {label_a}, {split}: {diff['episodes']} episodes "
+             "(mean difference ± 95% interval; then B higher in k of n)", head]
+    for key, row in diff["frames"].items():
+        decimals = 3 if key.startswith("psnr") else 4
+        lines.append(f"{key:<18}" + "".join(cell(row[v], decimals) for v in columns))
+        lines.append(f"{'':<18}" + "".join(wins(row[v]) for v in columns))
+    if "cube_end_error_m" in diff:
+        c = diff["cube_end_error_m"]
+        ci = "" if c["se"] is None else f" ± {100 * 1.96 * c['se']:.1f}"
+        lines.append(f"cube end error {100 * c['mean']:+.1f}{ci} cm; B nearer the true cube in {c['b_better']}/{c['n']}; "
+                     f"{c['into_5cm']} episodes move into and {c['out_of_5cm']} out of 5 cm")
+    return "\n".join(lines)
 
 
 def last_frames_round_trip(wm, episodes: Sequence[EvalEpisode]) -> np.ndarray:
@@ -463,6 +567,14 @@ def run(cfg: Config) -> dict[str, Any]:
                 res["targets_met"] = check_targets(res)
             entry["splits"][split] = res
         results.append(entry)
+    paired = []
+    if not cfg.autoencoder_only:  # --compare: every later model against the first, episode by episode
+        for entry in results[1:]:
+            for split, res in entry["splits"].items():
+                base = results[0]["splits"].get(split)
+                if base is not None:
+                    paired.append({"a": results[0]["label"], "b": entry["label"], "split": split,
+                                   **paired_differences(base, res)})
     report = {
         "benchmark": "fidelity",
         "protocol": {
@@ -474,10 +586,12 @@ def run(cfg: Config) -> dict[str, Any]:
             "data": cfg.data, "ood_data": cfg.ood_data, "seed": cfg.seed, "quick": cfg.quick,
             "autoencoder_only": cfg.autoencoder_only,
             "context_window": cfg.context_window, "denoising_steps": cfg.denoising_steps,
+            "batch_size": cfg.batch_size,
             "probe": cfg.probe if probe is not None else None,
             "probe_report": getattr(probe, "report", None),
         },
         "results": results,
+        "paired": paired,
         "seconds": round(time.perf_counter() - t_start, 1),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "torch": torch.__version__, "threads": torch.get_num_threads()},
@@ -558,7 +672,47 @@ def format_table(report: dict[str, Any]) -> str:
     if ae_only:
         lines.append("(--autoencoder-only: PSNR / SSIM are each autoencoder's round trip of the true frames, the "
                      "position columns the probe on the round trip of the last frame)")
-    return "\n".join(lines + ["", "per view:"] + detail)
+    paired = [format_paired(p["a"], p["b"], p["split"], p) for p in report.get("paired") or []]
+    return "\n".join(lines + ["", "per view:"] + detail + [line for p in paired for line in ("", p)])
+
+
+def load_result(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``REPORT.json`` or ``REPORT.json:LABEL`` -> (the report, its result entry of that label)."""
+    head, sep, tail = spec.rpartition(":")
+    path, label = (head, tail) if sep and head.endswith(".json") else (spec, "")
+    try:
+        report = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no fidelity report at {path!r}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path!r} is not a JSON report: {e}") from None
+    if report.get("benchmark") != "fidelity" or not report.get("results"):
+        raise ValueError(f"{path!r} is not a fidelity report (no 'benchmark': 'fidelity' with results)")
+    labels = [r["label"] for r in report["results"]]
+    if label:
+        if label not in labels:
+            raise ValueError(f"{path!r} has no model labelled {label!r}; it has {labels}")
+        return report, report["results"][labels.index(label)]
+    if len(labels) > 1:
+        raise ValueError(f"{path!r} holds {len(labels)} models {labels}: name one as {path}:LABEL")
+    return report, report["results"][0]
+
+
+def paired_reports(spec_a: str, spec_b: str) -> list[dict[str, Any]]:
+    """``--paired A B``: B - A on every split both reports evaluated; refuses reports of different splits."""
+    (rep_a, a), (rep_b, b) = load_result(spec_a), load_result(spec_b)
+    for key in ("data", "ood_data"):
+        da, db = rep_a["protocol"].get(key), rep_b["protocol"].get(key)
+        if da and db and Path(da).name != Path(db).name:
+            raise ValueError(f"the reports were run on different {key} splits ({da!r} and {db!r}): nothing to pair")
+    out = []
+    for split in a["splits"]:
+        if split in b["splits"]:
+            out.append({"a": a["label"], "b": b["label"], "split": split,
+                        **paired_differences(a["splits"][split], b["splits"][split])})
+    if not out:
+        raise ValueError(f"the reports share no split ({list(a['splits'])} and {list(b['splits'])})")
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -568,7 +722,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog="protocol and results: docs/FIDELITY.md")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--checkpoint", help="world-model directory (config.json + model.safetensors)")
-    who.add_argument("--compare", nargs="+", metavar="DIR", help="several world models into one table")
+    who.add_argument("--compare", nargs="+", metavar="DIR", help="several world models into one table, with each "
+                     "later one's per-episode differences from the first")
+    who.add_argument("--paired", nargs=2, metavar=("A", "B"), help="no evaluation: B - A, episode by episode, from two "
+                     "JSON reports of the same split (REPORT.json, or REPORT.json:LABEL when it holds several models)")
     p.add_argument("--data", default=d.data, help="held-out SimDROID split (default %(default)s)")
     p.add_argument("--ood-data", dest="ood_data", default=None, help="out-of-distribution split, reported separately")
     p.add_argument("--quick", action="store_true", help=f"{QUICK_EPISODES} held-out / {QUICK_OOD_EPISODES} OOD episodes, "
@@ -593,9 +750,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if args.paired:
+        try:
+            diffs = paired_reports(*args.paired)
+        except (OSError, ValueError) as e:
+            parser.error(str(e))
+        print("\n\n".join(format_paired(d["a"], d["b"], d["split"], d) for d in diffs))
+        return 0
     checkpoints = args.compare or ([args.checkpoint] if args.checkpoint else [])
     if not checkpoints:
-        parser.error("give --checkpoint DIR or --compare DIR DIR ...")
+        parser.error("give --checkpoint DIR, --compare DIR DIR ... or --paired A.json B.json")
     fields = {k: getattr(args, k) for k in Config.__dataclass_fields__ if k != "checkpoints"}
     report = run(Config(checkpoints=checkpoints, **fields))
     print(format_table(report))

@@ -66,6 +66,52 @@ def test_identical_frames_score_perfectly():
     assert m["mse"]["beyond"]["mean"] == 0.0 and len(m["ssim"]["per_frame"]) == 4
 
 
+def _noisy(frames: np.ndarray, sigma: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(frames + rng.normal(0.0, sigma, frames.shape), 0, 255).astype(np.uint8)
+
+
+def test_per_episode_scores_and_paired_differences():
+    """Each episode's window means are kept; B - A pairs them by episode index, so a B that is better on
+    one episode only shows it there, and episodes only one side scored drop out."""
+    rng = np.random.default_rng(1)
+    truth = [rng.integers(0, 256, (5, 3, 16, 16, 3), dtype=np.uint8) for _ in range(3)]
+    truth[2] = truth[2][:3]  # too short for the beyond window (frames 3..4)
+    windows = F.Windows(clip_length=2)
+    gen_a = [_noisy(y, 20.0, k) for k, y in enumerate(truth)]
+    a = F.frame_metrics(gen_a, truth, windows)  # split A: episodes 7, 8, 9
+    # split B: episodes 8 (rendered far better), 9 (as A did) and 11 (not in A), in that order
+    b = F.frame_metrics([_noisy(truth[1], 5.0, 10), gen_a[2], gen_a[0]], [truth[1], truth[2], truth[0]], windows)
+    per = a["psnr"]["per_episode"]
+    assert set(per) == {"in_horizon", "beyond"} and set(per["in_horizon"]) == {*VIEW_NAMES, "mean"}
+    assert per["beyond"]["mean"][2] is None and per["in_horizon"]["mean"][2] is not None
+    # the headline weighs every (episode, frame) alike: here each episode has 2 in-horizon frames
+    ep = per["in_horizon"][VIEW_NAMES[0]]
+    assert np.mean(ep) == pytest.approx(a["psnr"]["in_horizon"][VIEW_NAMES[0]], abs=1e-4)
+    expect = F.psnr_frames(gen_a[0][1:3], truth[0][1:3]).mean()
+    assert per["in_horizon"]["mean"][0] == pytest.approx(expect, abs=1e-4)
+
+    split_a = {**a, "episode_indices": [7, 8, 9], "position": {"per_episode_error_m": [0.04, 0.10, 0.20]}}
+    split_b = {**b, "episode_indices": [8, 9, 11], "position": {"per_episode_error_m": [0.03, 0.30, 0.01]}}
+    diff = F.paired_differences(split_a, split_b)
+    assert diff["episodes"] == 2  # indices 8 and 9; 7 and 11 have no partner
+    row = diff["frames"]["psnr_in_horizon"]["mean"]
+    assert row["n"] == 2 and row["b_better"] == 1 and row["mean"] > 1.0  # all of it from episode 8
+    assert row["ci95"][0] < row["mean"] < row["ci95"][1]
+    assert diff["frames"]["psnr_beyond"]["mean"]["n"] == 1 and diff["frames"]["psnr_beyond"]["mean"]["se"] is None
+    assert diff["frames"]["ssim_in_horizon"]["mean"]["mean"] > 0
+    cube = diff["cube_end_error_m"]
+    assert cube["mean"] == pytest.approx(((0.03 - 0.10) + (0.30 - 0.20)) / 2)
+    assert cube["b_better"] == 1 and cube["into_5cm"] == 1 and cube["out_of_5cm"] == 0
+    table = F.format_paired("a", "b", "heldout", diff)
+    assert "paired, b - a, heldout: 2 episodes" in table and "1/2" in table and "cube end error" in table
+
+    with pytest.raises(ValueError, match="no per-episode scores"):
+        F.paired_differences({k: v for k, v in split_a.items() if k != "episode_indices"}, split_b)
+    with pytest.raises(ValueError, match="share no episode"):
+        F.paired_differences(split_a, {**split_b, "episode_indices": [1, 2, 3]})
+
+
 def test_autoencoder_round_trip_covers_the_two_windows(tiny_checkpoint, splits):
     from neuralsim.envs.neural_droid import load_world_model
 
@@ -169,6 +215,32 @@ def test_compare_mode_makes_one_table(tiny_checkpoint, splits, tmp_path, capsys)
     assert a["psnr"]["in_horizon"]["mean"] != b["psnr"]["in_horizon"]["mean"]
     printed = capsys.readouterr().out
     assert "half" in printed and "PSNR in" in printed
+    # the later model against the first, episode by episode
+    (paired,) = report["paired"]
+    label = Path(tiny_checkpoint).name
+    assert (paired["a"], paired["b"], paired["split"], paired["episodes"]) == (label, "half", "heldout", 2)
+    per_a, per_b = a["psnr"]["per_episode"]["in_horizon"]["mean"], b["psnr"]["per_episode"]["in_horizon"]["mean"]
+    assert paired["frames"]["psnr_in_horizon"]["mean"]["mean"] == pytest.approx(np.mean(np.subtract(per_b, per_a)))
+    assert f"paired, half - {label}, heldout: 2 episodes" in printed
+
+    # --paired reads the same back from JSON reports; one holding several models needs FILE:LABEL
+    assert F.main(["--paired", f"{out}:{label}", f"{out}:half"]) == 0
+    assert capsys.readouterr().out.strip() == F.format_paired(label, "half", "heldout", paired)
+    with pytest.raises(SystemExit):
+        F.main(["--paired", str(out), f"{out}:half"])
+    assert "holds 2 models" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        F.main(["--paired", f"{out}:nope", f"{out}:half"])
+    assert "no model labelled 'nope'" in capsys.readouterr().err
+    other_split = json.loads(out.read_text())
+    other_split["protocol"]["data"] = "data/simdroid_idle_heldout"
+    (tmp_path / "idle.json").write_text(json.dumps(other_split))
+    with pytest.raises(SystemExit):
+        F.main(["--paired", f"{out}:half", f"{tmp_path / 'idle.json'}:half"])
+    assert "different data splits" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        F.main(["--paired", str(tmp_path / "missing.json"), f"{out}:half"])
+    assert "no fidelity report at" in capsys.readouterr().err
 
 
 def test_probe_geometry_round_trip():
