@@ -268,6 +268,21 @@ def open_dataset(spec: str, clip_length: int, image_size: int, seed: int = 0):
     return ClipDataset(spec, clip_length=clip_length, image_size=image_size)
 
 
+def real_droid_roots(spec: str) -> list[str]:
+    """The roots of a ``--data`` spec that hold real DROID data (``neuralsim.data.reader``'s ``droid_real`` layout)."""
+    from neuralsim.data.reader import detect_layout
+
+    roots = [r.strip() for r in spec.split(",") if r.strip() and not r.strip().startswith("synthetic")]
+    out = []
+    for root in roots:
+        try:
+            if Path(root).is_dir() and detect_layout(root) == "droid_real":
+                out.append(root)
+        except (OSError, ValueError):  # not a dataset: open_dataset says so with its own error
+            continue
+    return out
+
+
 def fetch_clips(dataset, indices: list[int], image_size: int):
     """Stack dataset items: uint8 frames (B, T, V, H, W, 3) and cond (B, T, 7)."""
     import torch
@@ -439,6 +454,9 @@ def train(cfg: TrainConfig) -> dict:
                          f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
+    if cfg.wrist_rays and real_droid_roots(cfg.data):
+        raise ValueError(f"--wrist-rays computes the rays of SimDROID's wrist camera mount, but {real_droid_roots(cfg.data)} "
+                         "is real DROID data, filmed by another camera on another mount; train without --wrist-rays")
     if any(v < 1 for v in dit_shape.values()):
         raise ValueError(f"DiT dim, depth and heads must be >= 1, got {dit_shape}")
     if cfg.deadline is not None and not math.isfinite(cfg.deadline):
@@ -534,6 +552,9 @@ def train(cfg: TrainConfig) -> dict:
     else:
         ema = {k: p.detach().clone() for k, p in params.items()}
 
+    if wm_cfg.dit.wrist_rays and real_droid_roots(cfg.data):
+        log.warning("this DiT takes SimDROID's wrist camera rays, and %s is real DROID data (another camera mount): "
+                    "its wrist tokens get rays that do not match their images", real_droid_roots(cfg.data))
     dataset = open_dataset(cfg.data, wm_cfg.clip_length, wm_cfg.autoencoder.image_size, seed=cfg.seed)
     if len(dataset) == 0:
         raise ValueError(f"dataset {cfg.data!r} is empty")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -351,7 +353,7 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     assert [s for s, _ in _losses(out)] == [3]  # nothing is logged from the bad step on
 
 
-def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path):
+def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path, caplog):
     """``--wrist-rays`` with ``--init-from``: the model gains the zero-initialised ray embedding, so its first
     loss equals the same run's without the option; training then moves the embedding, and the config and
     recipe record it.  It is refused outside the DiT stage and when resuming a run without it."""
@@ -371,3 +373,13 @@ def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp
         train(_cfg(plain, steps=4, wrist_rays=True))
     with pytest.raises(ValueError, match="needs --stage dit"):
         train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), wrist_rays=True))
+    # the rays are SimDROID's wrist camera mount: real DROID data (another mount) is refused for them
+    real = tmp_path / "droid_real"
+    (real / "annotation").mkdir(parents=True)
+    with pytest.raises(ValueError, match=re.escape(str(real)) + ".*real DROID data"):
+        train(_cfg(tmp_path / "y", init_from=str(base / "model"), data=f"synthetic:8,{real}", wrist_rays=True))
+    assert not (tmp_path / "y").exists()  # refused before anything was written
+    # a model that already has rays is warned about, not refused (this sample is empty, so the run stops there)
+    with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match="has no episodes"):
+        train(_cfg(tmp_path / "z", init_from=str(rays / "model"), data=str(real)))
+    assert any("do not match their images" in r.getMessage() for r in caplog.records)
