@@ -75,6 +75,8 @@ QUICK_EPISODES = 4
 QUICK_OOD_EPISODES = 2
 #: Issue 4's targets on the held-out split (per-view mean, 64x64 views); the OOD split has none.
 TARGETS = {"ssim_in_horizon": 0.85, "ssim_beyond": 0.80, "psnr_in_horizon": 25.0, "share_below_5cm": 0.80}
+#: (metric, window) rows of the paired differences and of the per-group scores.
+PAIRED_ROWS = (("psnr", "in_horizon"), ("psnr", "beyond"), ("ssim", "in_horizon"), ("ssim", "beyond"))
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -400,7 +402,33 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
     res["autoencoder_ceiling"] = autoencoder_ceiling(wm, episodes, windows)
     res["position"] = None if probe is None else position_errors(
         probe, episodes, generated, decoded_last=last_frames_round_trip(wm, episodes))
+    res["by_group"] = group_scores(res, episodes)
     return res
+
+
+def group_scores(split: dict[str, Any], episodes: Sequence[EvalEpisode]) -> dict[str, dict[str, Any]]:
+    """Per task family and per outcome (the simulator's success or failure): the mean over the group's
+    episodes of each episode's window means (every episode weighs the same here, unlike the headline,
+    where every frame does) and the share of its cubes within 5 cm.  Tells where the model is trustworthy."""
+    groups: dict[str, list[int]] = {}
+    for k, e in enumerate(episodes):
+        family = e.record.get("family") or e.record.get("task")
+        if family:
+            groups.setdefault(f"task {family}", []).append(k)
+        if e.record.get("success") is not None:
+            groups.setdefault("succeeded" if e.record["success"] else "failed", []).append(k)
+    errors = (split.get("position") or {}).get("per_episode_error_m")
+    out = {}
+    for name, members in sorted(groups.items()):
+        row: dict[str, Any] = {"episodes": len(members)}
+        for metric, window in PAIRED_ROWS:
+            vals = [split[metric]["per_episode"][window]["mean"][k] for k in members]
+            vals = [v for v in vals if v is not None]
+            row[f"{metric}_{window}"] = float(np.mean(vals)) if vals else None
+        if errors is not None:
+            row["share_below_5cm"] = float(np.mean([errors[k] < POSITION_TOLERANCE_M for k in members]))
+        out[name] = row
+    return out
 
 
 def evaluate_autoencoder(wm, episodes: list[EvalEpisode], probe) -> dict[str, Any]:
@@ -419,10 +447,6 @@ def autoencoder_ceiling(wm, episodes: Sequence[EvalEpisode], windows: Windows) -
 
 
 # ---------------------------------------------------------------------------------------------- paired A/B
-#: Paired rows: (metric, window) of the frame metrics, then the end-of-episode cube error.
-PAIRED_ROWS = (("psnr", "in_horizon"), ("psnr", "beyond"), ("ssim", "in_horizon"), ("ssim", "beyond"))
-
-
 def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """B minus A, episode by episode, for two evaluations of one split (``results[i]["splits"][split]``).
 
@@ -666,6 +690,12 @@ def format_table(report: dict[str, Any]) -> str:
             if pos.get("track"):
                 detail.append(f"  {entry['label']:<12} {split:<8} cube vs the true frame's, by frame: " + ", ".join(
                     f"{k['frame']} {100 * k['error_m_mean']:.1f} cm" for k in pos["track"]))
+            for name, g in (r.get("by_group") or {}).items():
+                cube = "" if g.get("share_below_5cm") is None else f", cube < 5 cm {100 * g['share_below_5cm']:.0f}%"
+                detail.append(f"  {entry['label']:<12} {split:<8} {name:<20} {g['episodes']:>3} episodes: PSNR "
+                              f"{_fmt(g['psnr_in_horizon'], 0, 2).strip()} / {_fmt(g['psnr_beyond'], 0, 2).strip()} dB, "
+                              f"SSIM {_fmt(g['ssim_in_horizon'], 0, 4).strip()} / {_fmt(g['ssim_beyond'], 0, 4).strip()}"
+                              f"{cube} (in / beyond, episode means)")
             if "targets_met" in r:
                 t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")

@@ -170,8 +170,19 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert set(held["targets_met"]) == set(F.TARGETS) and "targets_met" not in entry["splits"]["ood"]
     ceiling = held["autoencoder_ceiling"]
     assert set(ceiling) == {"psnr", "ssim"} and ceiling["ssim"]["in_horizon"]["frames"] == 2 * 6
+    # per task family and outcome: the group's episode means, which the per-episode scores give back
+    groups = held["by_group"]
+    records = list_episodes(splits["heldout"])[:2]
+    assert sum(g["episodes"] for k, g in groups.items() if k.startswith("task ")) == 2
+    assert sum(groups.get(k, {"episodes": 0})["episodes"] for k in ("succeeded", "failed")) == 2
+    family = f"task {records[0]['family']}"
+    members = [k for k, r in enumerate(records) if f"task {r['family']}" == family]
+    assert groups[family]["psnr_in_horizon"] == pytest.approx(
+        np.mean([held["psnr"]["per_episode"]["in_horizon"]["mean"][k] for k in members]))
+    assert 0.0 <= groups[family]["share_below_5cm"] <= 1.0
     table = F.format_table(report)
     assert entry["label"] in table and "heldout" in table and "ood" in table and "autoencoder ceiling" in table
+    assert f"{family} " in table and "episode means" in table
 
 
 def test_autoencoder_only_reports_the_ceiling_and_floors_without_rollouts(tiny_checkpoint, splits, probe_dir, tmp_path,
