@@ -318,7 +318,6 @@ class CausalDiT(nn.Module):
         self.pos_embed = nn.Parameter(torch.randn(cfg.tokens_per_frame, d) * 0.02)
         self.noise_embed = NoiseLevelEmbedding(d, cfg.freq_dim)
         self.cond_embed = ConditionEmbedding(d)
-        self.ray_embed = WristRayEmbedding(d, cfg.latent_size // cfg.patch_size) if cfg.wrist_rays else None
         self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.depth))
         self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.final_ada = nn.Sequential(nn.SiLU(), Linear(d, 2 * d))
@@ -326,6 +325,9 @@ class CausalDiT(nn.Module):
         for m in (self.final_ada[1], self.final_out):
             nn.init.zeros_(m.weight)
             nn.init.zeros_(m.bias)
+        # built last, so a DiT with rays draws every other initial weight exactly as one without them from the
+        # same seed: a from-scratch A/B of the rays then differs in this module only (its output starts at zero)
+        self.ray_embed = WristRayEmbedding(d, cfg.latent_size // cfg.patch_size) if cfg.wrist_rays else None
         self.register_buffer("final_offset", scale_offset(2, (1,), d), persistent=False)
 
     # -- patchify ---------------------------------------------------------------

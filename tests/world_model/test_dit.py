@@ -287,3 +287,28 @@ def test_wrist_rays_reach_only_the_wrist_tokens_directly(tiny_model):
         a, b = plain.dit(x, t, c), wm.dit(x, t, c)
     assert torch.equal(a[:, :, :-1], b[:, :, :-1])  # exterior views untouched
     assert not torch.allclose(a[:, :, -1], b[:, :, -1])  # the wrist view (the last one) moved
+
+
+def test_a_fresh_dit_with_rays_draws_the_same_initial_weights_as_one_without(tiny_model):
+    """From the same seed, a fresh DiT with wrist rays has every weight of one without them, bit for bit, and
+    so the same initial predictions: a from-scratch A/B of the rays differs in the ray embedding alone."""
+    import dataclasses
+
+    from neuralsim.world_model.dit import CausalDiT
+
+    cfg = tiny_model.config.dit
+    torch.manual_seed(7)
+    plain = CausalDiT(cfg)
+    torch.manual_seed(7)
+    rays = CausalDiT(dataclasses.replace(cfg, wrist_rays=True))
+    own = rays.state_dict()
+    common = plain.state_dict()
+    assert set(own) - set(common) and all(k.startswith("ray_embed.") for k in set(own) - set(common))
+    for name, value in common.items():
+        assert torch.equal(own[name], value), name
+    x, c = latents(tiny_model.config, 1, 3), conds(1, 3)
+    t = torch.full((1, 3), 0.5)
+    randomise(plain.final_out, seed=3)  # a non-zero output layer, the same in both
+    rays.final_out.load_state_dict(plain.final_out.state_dict())
+    with torch.no_grad():
+        assert torch.equal(plain(x, t, c), rays(x, t, c))
