@@ -419,7 +419,7 @@ def group_scores(split: dict[str, Any], episodes: Sequence[EvalEpisode]) -> dict
             groups.setdefault("succeeded" if e.record["success"] else "failed", []).append(k)
     errors = (split.get("position") or {}).get("per_episode_error_m")
     out = {}
-    for name, members in sorted(groups.items()):
+    for name, members in sorted(groups.items(), key=lambda kv: (not kv[0].startswith("task "), kv[0])):
         row: dict[str, Any] = {"episodes": len(members)}
         for metric, window in PAIRED_ROWS:
             vals = [split[metric]["per_episode"][window]["mean"][k] for k in members]
