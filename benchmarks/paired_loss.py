@@ -1,0 +1,112 @@
+"""Paired training losses of two runs that saw the same batches: B against A, per camera view, per block.
+
+Usage::
+
+    python -m benchmarks.paired_loss runs/ctrl runs/rays                    # blocks of 250 steps
+    python -m benchmarks.paired_loss runs/ctrl runs/rays --block 500 --out runs/rays_vs_ctrl.json
+
+Two ``neuralsim train`` runs with the same ``--seed``, ``--data`` and batch size draw the same clips and the
+same noise at every step, whatever else differs (an input, a learning rate, a loss term).  Their
+``metrics.jsonl`` lines can then be compared step by step: the ratio ``B / A - 1`` of each logged loss
+(``loss`` and ``loss_view0..2``) cancels the batch-to-batch spread that dwarfs small effects in either
+curve alone.  Each block of steps gets the mean ratio and a 95% interval over its logged steps (normal
+approximation; log lines are every ``--log-every`` steps, 10 by default).  The interval is the spread
+within one pair of runs: a different seed draws other batches and another initialisation, so an effect
+near the interval's size still wants a second pair (docs/FIDELITY.md, session 46).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+KEYS = ("loss", "loss_view0", "loss_view1", "loss_view2")
+
+
+def read_losses(run: str | Path) -> dict[int, dict[str, float]]:
+    """``step -> {key: value}`` of a run's ``metrics.jsonl`` (the lines that carry a loss)."""
+    path = Path(run) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(run)!r} has no metrics.jsonl: give a `neuralsim train --out` directory")
+    out: dict[int, dict[str, float]] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n} is not a JSON line: {e}") from None
+        if "loss" in row and "step" in row:
+            out[int(row["step"])] = {k: float(row[k]) for k in KEYS if k in row}
+    return out
+
+
+def paired_blocks(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], block: int = 250) -> dict[str, Any]:
+    """Per block of ``block`` steps and per key: the mean of ``b / a - 1`` over the steps both runs logged."""
+    if block < 1:
+        raise ValueError(f"block must be >= 1 step, got {block}")
+    steps = sorted(set(a) & set(b))
+    if not steps:
+        raise ValueError("the two runs share no logged step: were they logged at the same --log-every?")
+    keys = [k for k in KEYS if all(k in a[t] and k in b[t] for t in steps)]
+    blocks = []
+    for lo in range(0, steps[-1], block):
+        inside = [t for t in steps if lo < t <= lo + block]
+        if not inside:
+            continue
+        row: dict[str, Any] = {"first_step": lo + 1, "last_step": lo + block, "logged_steps": len(inside)}
+        for k in keys:
+            r = np.array([b[t][k] / a[t][k] - 1.0 for t in inside if a[t][k] > 0], np.float64)
+            se = float(r.std(ddof=1) / math.sqrt(len(r))) if len(r) > 1 else None
+            row[k] = {"mean": float(r.mean()) if len(r) else None, "ci95": None if se is None else 1.96 * se}
+        blocks.append(row)
+    return {"common_steps": len(steps), "last_step": steps[-1], "keys": keys, "blocks": blocks,
+            "only_in_a": len(set(a) - set(b)), "only_in_b": len(set(b) - set(a))}
+
+
+def format_table(label_a: str, label_b: str, result: dict[str, Any]) -> str:
+    keys = result["keys"]
+    lines = [f"{label_b} / {label_a} - 1 over {result['common_steps']} common logged steps (last {result['last_step']}); "
+             "mean ± 95% interval per block",
+             f"{'steps':>13} " + "".join(f"{k:>20}" for k in keys)]
+    for row in result["blocks"]:
+        cells = []
+        for k in keys:
+            c = row[k]
+            text = "-" if c["mean"] is None else f"{100 * c['mean']:+.2f}%" + (
+                "" if c["ci95"] is None else f" ± {100 * c['ci95']:.2f}%")
+            cells.append(f"{text:>20}")
+        lines.append(f"{row['first_step']:>6}-{row['last_step']:<6} " + "".join(cells))
+    if result["only_in_a"] or result["only_in_b"]:
+        lines.append(f"(steps logged by one run only: {result['only_in_a']} in A, {result['only_in_b']} in B)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.paired_loss", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_a", metavar="A", help="baseline run directory (holds metrics.jsonl)")
+    p.add_argument("run_b", metavar="B", help="candidate run directory, same --seed, --data and batch size")
+    p.add_argument("--block", type=int, default=250, help="steps per row (default %(default)s)")
+    p.add_argument("--out", default=None, help="also write the result as JSON here")
+    args = p.parse_args(argv)
+    try:
+        result = paired_blocks(read_losses(args.run_a), read_losses(args.run_b), args.block)
+    except (OSError, ValueError) as e:
+        p.error(str(e))
+    print(format_table(Path(args.run_a).name, Path(args.run_b).name, result))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"a": args.run_a, "b": args.run_b, "block": args.block, **result},
+                                             indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
