@@ -454,9 +454,10 @@ def train(cfg: TrainConfig) -> dict:
                          f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
-    if cfg.wrist_rays and real_droid_roots(cfg.data):
-        raise ValueError(f"--wrist-rays computes the rays of SimDROID's wrist camera mount, but {real_droid_roots(cfg.data)} "
-                         "is real DROID data, filmed by another camera on another mount; train without --wrist-rays")
+    real = real_droid_roots(cfg.data)
+    if cfg.wrist_rays and real:
+        raise ValueError(f"--wrist-rays computes the rays of SimDROID's wrist camera mount, but {real} is real DROID "
+                         "data, filmed by another camera on another mount; train without --wrist-rays")
     if any(v < 1 for v in dit_shape.values()):
         raise ValueError(f"DiT dim, depth and heads must be >= 1, got {dit_shape}")
     if cfg.deadline is not None and not math.isfinite(cfg.deadline):
@@ -552,9 +553,9 @@ def train(cfg: TrainConfig) -> dict:
     else:
         ema = {k: p.detach().clone() for k, p in params.items()}
 
-    if wm_cfg.dit.wrist_rays and real_droid_roots(cfg.data):
+    if wm_cfg.dit.wrist_rays and real:
         log.warning("this DiT takes SimDROID's wrist camera rays, and %s is real DROID data (another camera mount): "
-                    "its wrist tokens get rays that do not match their images", real_droid_roots(cfg.data))
+                    "its wrist tokens get rays that do not match their images", real)
     dataset = open_dataset(cfg.data, wm_cfg.clip_length, wm_cfg.autoencoder.image_size, seed=cfg.seed)
     if len(dataset) == 0:
         raise ValueError(f"dataset {cfg.data!r} is empty")
