@@ -140,9 +140,16 @@ def frame_metrics(generated: list[np.ndarray], truth: list[np.ndarray], windows:
     out: dict[str, Any] = {}
     for name, values in per.items():
         out[name] = {}
+        # per episode (for paired A/Bs): each episode's mean over the window's frames, per view and over views;
+        # None where the episode has no frame in the window
+        per_episode: dict[str, dict[str, list[float | None]]] = {}
         for wname, frames in windows.items():
-            rows = [v[[t - 1 for t in frames if t - 1 < len(v)]] for v in values]
-            rows = [r for r in rows if len(r)]
+            all_rows = [v[[t - 1 for t in frames if t - 1 < len(v)]] for v in values]
+            cols = {view: [round(float(r[:, i].mean()), 5) if len(r) else None for r in all_rows]
+                    for i, view in enumerate(VIEW_NAMES)}
+            cols["mean"] = [round(float(r.mean()), 5) if len(r) else None for r in all_rows]
+            per_episode[wname] = cols
+            rows = [r for r in all_rows if len(r)]
             if not rows:
                 out[name][wname] = None
                 continue
@@ -151,17 +158,7 @@ def frame_metrics(generated: list[np.ndarray], truth: list[np.ndarray], windows:
             by_view["mean"] = float(np.mean(list(by_view.values())))
             by_view["frames"] = int(len(stacked))
             out[name][wname] = by_view
-        # per episode (for paired A/Bs): each episode's mean over the window's frames, per view and over views;
-        # None where the episode has no frame in the window
-        out[name]["per_episode"] = per_episode = {}
-        for wname, frames in windows.items():
-            cols: dict[str, list[float | None]] = {view: [] for view in (*VIEW_NAMES, "mean")}
-            for v in values:
-                rows = v[[t - 1 for t in frames if t - 1 < len(v)]]
-                for i, view in enumerate(VIEW_NAMES):
-                    cols[view].append(round(float(rows[:, i].mean()), 5) if len(rows) else None)
-                cols["mean"].append(round(float(rows.mean()), 5) if len(rows) else None)
-            per_episode[wname] = cols
+        out[name]["per_episode"] = per_episode
         # per-frame curve (mean over episodes and views), frames 1 .. 2H
         curve = []
         for t in range(1, last + 1):
@@ -473,14 +470,14 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         for view in (*VIEW_NAMES, "mean"):
             d = np.array([pb[view][j] - pa[view][i] for i, j in pairs
                           if pa[view][i] is not None and pb[view][j] is not None], np.float64)
-            row[view] = _difference_summary(d)
+            row[view] = difference_summary(d)
         out["frames"][f"{metric}_{window}"] = row
     ea = (a.get("position") or {}).get("per_episode_error_m")
     eb = (b.get("position") or {}).get("per_episode_error_m")
     if ea is not None and eb is not None:
         xa = np.array([ea[i] for i, _ in pairs], np.float64)
         xb = np.array([eb[j] for _, j in pairs], np.float64)
-        cube = _difference_summary(xb - xa)
+        cube = difference_summary(xb - xa)
         cube["b_better"] = int((xb < xa).sum())  # lower error is better here
         cube["into_5cm"] = int(((xb < POSITION_TOLERANCE_M) & (xa >= POSITION_TOLERANCE_M)).sum())
         cube["out_of_5cm"] = int(((xb >= POSITION_TOLERANCE_M) & (xa < POSITION_TOLERANCE_M)).sum())
@@ -488,7 +485,9 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _difference_summary(d: np.ndarray) -> dict[str, Any]:
+def difference_summary(d: np.ndarray) -> dict[str, Any]:
+    """Mean of paired differences ``d``, its standard error, a 95% interval (normal approximation) and how
+    many are positive."""
     if len(d) == 0:
         return {"n": 0, "mean": None, "se": None, "ci95": None, "b_better": 0}
     se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None
@@ -497,8 +496,17 @@ def _difference_summary(d: np.ndarray) -> dict[str, Any]:
             "ci95": None if se is None else [mean - 1.96 * se, mean + 1.96 * se], "b_better": int((d > 0).sum())}
 
 
-def format_paired(label_a: str, label_b: str, split: str, diff: dict[str, Any]) -> str:
-    """The paired table: per (metric, window), each view's and the mean's difference B - A, then B's wins."""
+def pair_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """B - A (:func:`paired_differences`) on every split two result entries both hold, labelled with both
+    models and the split."""
+    return [{"a": a["label"], "b": b["label"], "split": split,
+             **paired_differences(a["splits"][split], b["splits"][split])}
+            for split in a["splits"] if split in b["splits"]]
+
+
+def format_paired(diff: dict[str, Any]) -> str:
+    """The paired table of one :func:`pair_results` item: per (metric, window), each view's and the mean's
+    difference B - A, then B's wins."""
     columns = (*VIEW_NAMES, "mean")
 
     def cell(summary: dict[str, Any], decimals: int) -> str:
@@ -513,7 +521,7 @@ def format_paired(label_a: str, label_b: str, split: str, diff: dict[str, Any]) 
         return f"{str(summary['b_better']) + '/' + str(summary['n']):>22}"
 
     head = f"{'':<18}" + "".join(f"{v.replace('_left', '').replace('_image', ''):>22}" for v in columns)
-    lines = [f"paired, {label_b} - {label_a}, {split}: {diff['episodes']} episodes "
+    lines = [f"paired, {diff['b']} - {diff['a']}, {diff['split']}: {diff['episodes']} episodes "
              "(mean difference ± 95% interval; then B higher in k of n)", head]
     for key, row in diff["frames"].items():
         decimals = 3 if key.startswith("psnr") else 4
@@ -591,14 +599,8 @@ def run(cfg: Config) -> dict[str, Any]:
                 res["targets_met"] = check_targets(res)
             entry["splits"][split] = res
         results.append(entry)
-    paired = []
-    if not cfg.autoencoder_only:  # --compare: every later model against the first, episode by episode
-        for entry in results[1:]:
-            for split, res in entry["splits"].items():
-                base = results[0]["splits"].get(split)
-                if base is not None:
-                    paired.append({"a": results[0]["label"], "b": entry["label"], "split": split,
-                                   **paired_differences(base, res)})
+    # --compare: every later model against the first, episode by episode
+    paired = [] if cfg.autoencoder_only else [p for entry in results[1:] for p in pair_results(results[0], entry)]
     report = {
         "benchmark": "fidelity",
         "protocol": {
@@ -702,7 +704,7 @@ def format_table(report: dict[str, Any]) -> str:
     if ae_only:
         lines.append("(--autoencoder-only: PSNR / SSIM are each autoencoder's round trip of the true frames, the "
                      "position columns the probe on the round trip of the last frame)")
-    paired = [format_paired(p["a"], p["b"], p["split"], p) for p in report.get("paired") or []]
+    paired = [format_paired(p) for p in report.get("paired") or []]
     return "\n".join(lines + ["", "per view:"] + detail + [line for p in paired for line in ("", p)])
 
 
@@ -735,11 +737,7 @@ def paired_reports(spec_a: str, spec_b: str) -> list[dict[str, Any]]:
         da, db = rep_a["protocol"].get(key), rep_b["protocol"].get(key)
         if da and db and Path(da).name != Path(db).name:
             raise ValueError(f"the reports were run on different {key} splits ({da!r} and {db!r}): nothing to pair")
-    out = []
-    for split in a["splits"]:
-        if split in b["splits"]:
-            out.append({"a": a["label"], "b": b["label"], "split": split,
-                        **paired_differences(a["splits"][split], b["splits"][split])})
+    out = pair_results(a, b)
     if not out:
         raise ValueError(f"the reports share no split ({list(a['splits'])} and {list(b['splits'])})")
     return out
@@ -785,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
             diffs = paired_reports(*args.paired)
         except (OSError, ValueError) as e:
             parser.error(str(e))
-        print("\n\n".join(format_paired(d["a"], d["b"], d["split"], d) for d in diffs))
+        print("\n\n".join(format_paired(d) for d in diffs))
         return 0
     checkpoints = args.compare or ([args.checkpoint] if args.checkpoint else [])
     if not checkpoints:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .fidelity import difference_summary
 
 KEYS = ("loss", "loss_view0", "loss_view1", "loss_view2")
 
@@ -62,9 +63,8 @@ def paired_blocks(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]]
             continue
         row: dict[str, Any] = {"first_step": lo + 1, "last_step": lo + block, "logged_steps": len(inside)}
         for k in keys:
-            r = np.array([b[t][k] / a[t][k] - 1.0 for t in inside if a[t][k] > 0], np.float64)
-            se = float(r.std(ddof=1) / math.sqrt(len(r))) if len(r) > 1 else None
-            row[k] = {"mean": float(r.mean()) if len(r) else None, "ci95": None if se is None else 1.96 * se}
+            s = difference_summary(np.array([b[t][k] / a[t][k] - 1.0 for t in inside if a[t][k] > 0], np.float64))
+            row[k] = {"mean": s["mean"], "ci95": None if s["se"] is None else 1.96 * s["se"]}  # the half-width
         blocks.append(row)
     return {"common_steps": len(steps), "last_step": steps[-1], "keys": keys, "blocks": blocks,
             "only_in_a": len(set(a) - set(b)), "only_in_b": len(set(b) - set(a))}

@@ -103,7 +103,7 @@ def test_per_episode_scores_and_paired_differences():
     cube = diff["cube_end_error_m"]
     assert cube["mean"] == pytest.approx(((0.03 - 0.10) + (0.30 - 0.20)) / 2)
     assert cube["b_better"] == 1 and cube["into_5cm"] == 1 and cube["out_of_5cm"] == 0
-    table = F.format_paired("a", "b", "heldout", diff)
+    table = F.format_paired({"a": "a", "b": "b", "split": "heldout", **diff})
     assert "paired, b - a, heldout: 2 episodes" in table and "1/2" in table and "cube end error" in table
 
     with pytest.raises(ValueError, match="no per-episode scores"):
@@ -236,7 +236,7 @@ def test_compare_mode_makes_one_table(tiny_checkpoint, splits, tmp_path, capsys)
 
     # --paired reads the same back from JSON reports; one holding several models needs FILE:LABEL
     assert F.main(["--paired", f"{out}:{label}", f"{out}:half"]) == 0
-    assert capsys.readouterr().out.strip() == F.format_paired(label, "half", "heldout", paired)
+    assert capsys.readouterr().out.strip() == F.format_paired(paired)
     with pytest.raises(SystemExit):
         F.main(["--paired", str(out), f"{out}:half"])
     assert "holds 2 models" in capsys.readouterr().err
