@@ -108,6 +108,19 @@ def ssim_frames(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out.numpy().reshape(lead)
 
 
+def sharpness_frames(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Detail kept in uint8 images ``a`` (generated) against ``b`` (true), (..., H, W, 3), one value per image:
+    the mean absolute difference between neighbouring pixels (both directions, all channels) of ``a`` over that
+    of ``b``.  1 = as much fine structure as the truth; below 1 blurrier (a model that hedges between outcomes
+    draws their average, which PSNR rewards); above 1 noisier."""
+    def detail(x: np.ndarray) -> np.ndarray:
+        x = x.astype(np.float64)
+        return (np.abs(np.diff(x, axis=-2)).mean(axis=(-3, -2, -1))
+                + np.abs(np.diff(x, axis=-3)).mean(axis=(-3, -2, -1)))
+
+    return detail(a) / np.maximum(detail(b), 1e-6)
+
+
 @dataclass
 class Windows:
     """Frame windows of the protocol, from the training clip length H."""
@@ -127,9 +140,10 @@ class Windows:
 
 
 def frame_metrics(generated: list[np.ndarray], truth: list[np.ndarray], windows: Windows) -> dict[str, Any]:
-    """PSNR / SSIM / MSE per window and view, plus per-frame curves, over episodes of (T, V, S, S, 3) frames."""
+    """PSNR / SSIM / MSE / sharpness (:func:`sharpness_frames`) per window and view, plus per-frame curves, over
+    episodes of (T, V, S, S, 3) frames."""
     last = 2 * windows.clip_length
-    per = {"psnr": [], "ssim": [], "mse": []}  # each: list over episodes of (T', V)
+    per = {"psnr": [], "ssim": [], "mse": [], "sharpness": []}  # each: list over episodes of (T', V)
     for g, y in zip(generated, truth, strict=True):
         n = min(len(g), len(y), last + 1)
         g, y = g[1:n], y[1:n]
@@ -137,6 +151,7 @@ def frame_metrics(generated: list[np.ndarray], truth: list[np.ndarray], windows:
         per["ssim"].append(ssim_frames(g, y))
         diff = (g.astype(np.float64) - y.astype(np.float64)) / 255.0
         per["mse"].append((diff**2).mean(axis=(-3, -2, -1)))
+        per["sharpness"].append(sharpness_frames(g, y))
     out: dict[str, Any] = {}
     for name, values in per.items():
         out[name] = {}
@@ -464,7 +479,9 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     if not pairs:
         raise ValueError("the two reports share no episode: were they run on the same split?")
     out: dict[str, Any] = {"episodes": len(pairs), "frames": {}}
-    for metric, window in PAIRED_ROWS:
+    # sharpness came in session 47: paired only where both reports have it
+    sharp = [("sharpness", w) for w in ("in_horizon", "beyond")] if "sharpness" in a and "sharpness" in b else []
+    for metric, window in (*PAIRED_ROWS, *sharp):
         pa, pb = a[metric]["per_episode"][window], b[metric]["per_episode"][window]
         row = {}
         for view in (*VIEW_NAMES, "mean"):
@@ -668,7 +685,7 @@ def format_table(report: dict[str, Any]) -> str:
                 f"{_fmt(get('psnr', 'beyond'), 8, 2)}  {_fmt(get('ssim', 'in_horizon'), 8, 4)}"
                 f"{_fmt(get('ssim', 'beyond'), 8, 4)}  {_fmt(err, 8, 1, 100, 'cm')}"
                 f"{_fmt(share, 6, 0, 100, '%')}  {_fmt(floor, 11, 1, 100, 'cm')}")
-            for metric in ("psnr", "ssim"):
+            for metric in ("psnr", "ssim", "sharpness"):
                 for w in ("in_horizon", "beyond"):
                     vals = (r.get(metric) or {}).get(w)
                     if vals:

@@ -44,7 +44,46 @@ def autoencoder_fingerprint(autoencoder, image_size: int) -> str:
     return h.hexdigest()[:16]
 
 
-class LatentStore:
+def write_npz(path: Path, what: str, **arrays: np.ndarray) -> bool:
+    """Write ``arrays`` to ``path`` atomically; False (and a warning naming ``what`` cache) if it cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+        return True
+    except OSError as e:  # read-only dataset: keep the arrays in memory only
+        log.warning("cannot write the %s cache under %s (%s); it stays in memory", what, path.parent, e)
+        return False
+
+
+class WindowedLatents:
+    """Per-episode latents concatenated into one tensor, served by dataset window.
+
+    Subclasses set ``dataset`` (a ``ClipDataset``), ``lengths`` and ``offsets`` (each record's frame count
+    and first row), ``latents`` (fp16 (sum T, V, C, h, w)), ``cond`` (float32 (sum T, 7)) and ``device``.
+    """
+
+    def get(self, indices: list[int], device):
+        """Latents (B, T, V, C, h, w) float32 and conditioning (B, T, 7) of dataset windows ``indices``."""
+        import torch
+
+        T = self.dataset.clip_length
+        first = np.empty(len(indices), dtype=np.int64)
+        for j, i in enumerate(indices):
+            pos, start = self.dataset.windows[int(i)]
+            if start + T > self.lengths[pos]:
+                raise ValueError(f"window {i} (episode position {pos}, start {start}) has "
+                                 f"{max(0, self.lengths[pos] - start)} latent frames, expected {T}")
+            first[j] = self.offsets[pos] + start
+        rows = (torch.from_numpy(first)[:, None] + torch.arange(T)).flatten().to(self.device)
+        z = self.latents.index_select(0, rows).float()
+        c = self.cond.index_select(0, rows)
+        return (z.view(len(indices), T, *z.shape[1:]).to(device),
+                c.view(len(indices), T, -1).to(device))
+
+
+class LatentStore(WindowedLatents):
     """Latents and conditioning of every episode of a ``ClipDataset``, indexed like the dataset.
 
     Args:
@@ -96,7 +135,7 @@ class LatentStore:
                                       axis=-1).astype(np.float32)
                 encoded += 1
                 if writable:
-                    writable = self._write(path, z, cond)
+                    writable = write_npz(path, "latent", latents=z, cond=cond)
             latents.append(z)
             conds.append(cond)
         if not latents:
@@ -112,42 +151,12 @@ class LatentStore:
         log.info("latent store %s: %d episodes (%d encoded now), %.0f MB on %s", self.dir, len(self.lengths),
                  encoded, z_all.nbytes / 1e6, self.device)
 
-    @staticmethod
-    def _write(path: Path, z: np.ndarray, cond: np.ndarray) -> bool:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-            np.savez(tmp, latents=z, cond=cond)
-            os.replace(tmp, path)
-            return True
-        except OSError as e:  # read-only dataset: keep the latents in memory only
-            log.warning("cannot write the latent cache under %s (%s); latents stay in memory", path.parent, e)
-            return False
-
-    def get(self, indices: list[int], device):
-        """Latents (B, T, V, C, h, w) float32 and conditioning (B, T, 7) of dataset windows ``indices``."""
-        import torch
-
-        T = self.dataset.clip_length
-        first = np.empty(len(indices), dtype=np.int64)
-        for j, i in enumerate(indices):
-            pos, start = self.dataset.windows[int(i)]
-            if start + T > self.lengths[pos]:
-                raise ValueError(f"window {i} (episode position {pos}, start {start}) has "
-                                 f"{max(0, self.lengths[pos] - start)} latent frames, expected {T}")
-            first[j] = self.offsets[pos] + start
-        rows = (torch.from_numpy(first)[:, None] + torch.arange(T)).flatten().to(self.device)
-        z = self.latents.index_select(0, rows).float()
-        c = self.cond.index_select(0, rows)
-        return (z.view(len(indices), T, *z.shape[1:]).to(device),
-                c.view(len(indices), T, -1).to(device))
-
 
 class ConcatLatents:
-    """One :class:`LatentStore` per part of a :class:`~neuralsim.data.reader.ConcatClipDataset`, indexed
+    """One :class:`WindowedLatents` (a :class:`LatentStore`, or the model's own rollouts) per part of a :class:`~neuralsim.data.reader.ConcatClipDataset`, indexed
     like the concatenation (each part keeps its cache under its own root)."""
 
-    def __init__(self, dataset, stores: list[LatentStore]):
+    def __init__(self, dataset, stores: list[WindowedLatents]):
         if len(stores) != len(dataset.parts):
             raise ValueError(f"{len(dataset.parts)} dataset parts but {len(stores)} latent stores")
         self.dataset, self.stores = dataset, list(stores)

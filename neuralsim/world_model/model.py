@@ -166,10 +166,21 @@ class WorldModel(nn.Module):
         if first_views.dtype != torch.uint8 or first_views.shape[0] != rows.numel():
             raise ValueError(f"first_views must be uint8 ({rows.numel()}, V, H, W, 3), got {first_views.dtype} "
                              f"{tuple(first_views.shape)}")
+        self.reset_latents(state, rows, self.encode(first_views), cond)
+
+    @torch.inference_mode()
+    def reset_latents(self, state: WorldModelState, env_ids, latents: torch.Tensor, cond: torch.Tensor) -> None:
+        """:meth:`reset` from frame 0's normalised latents (b, V, C, h, w) instead of its views (e.g. latents
+        already encoded into a :class:`~neuralsim.world_model.latents.LatentStore`)."""
+        rows = torch.arange(state.batch_size) if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long)
+        rows = rows.reshape(-1)
+        cfg = self.config.dit
+        want = (rows.numel(), cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size)
+        if tuple(latents.shape) != want:
+            raise ValueError(f"latents must be {want} (rows, V, C, h, w), got {tuple(latents.shape)}")
         cond = self._cond(cond, rows.numel())
-        z = self.encode(first_views)  # (b, V, C, h, w)
         state.cache.reset(rows)
-        state.pending[rows.to(state.pending.device)] = z.to(state.pending.dtype)
+        state.pending[rows.to(state.pending.device)] = latents.to(state.pending.device, state.pending.dtype)
         state.pending_cond[rows.to(state.pending.device)] = cond
         state.has_pending[rows] = True
 

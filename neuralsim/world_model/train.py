@@ -7,6 +7,7 @@ Copy-paste recipe (SimDROID data in ``data/simdroid``; ``synthetic`` is a built-
     neuralsim train --stage dit --objective step_forcing --init-from runs/df/model --data data/simdroid --out runs/sf --steps 2000
     neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid --out runs/dec --steps 3000  # optional
     neuralsim train --stage decoder --init-from runs/sf/model --decoder-layers-per-block 0 ...  # a faster decoder
+    neuralsim train --stage decoder --init-from runs/sf/model --rollout-share 0.75 ...  # decode the DiT's own latents
     neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine ...  # a new DiT shape, same autoencoder
     neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine --dit-dim 320 --dit-heads 5 ...  # wider
 
@@ -34,7 +35,10 @@ more reconstruction training for the decoder without retraining the DiT.  It rea
 store (the store's fingerprint covers the encoder only) and the dataset's frame cache.  With
 ``--decoder-layers-per-block N`` it first rebuilds the decoder at another depth
 (:meth:`~neuralsim.world_model.model.WorldModel.with_decoder_layers`; 0 = one ResNet per level, the
-faster decoder of world model v4.1) and trains that.
+faster decoder of world model v4.1) and trains that.  With ``--rollout-share P`` a share P of its pairs
+take the latent the model itself generated for the frame in an open-loop rollout of the episode
+(:mod:`neuralsim.world_model.rollouts`, made once per model and dataset) instead of the encoded one:
+the decoder then learns to decode what the DiT writes, drift included.
 
 Measured on the 2-core CPU (default config, batch 8 x 16 frames, 48 tokens/frame): ~0.9 s/step
 Diffusion Forcing, ~1.1 s/step Step Forcing (more when other work shares the cores).
@@ -137,6 +141,10 @@ class TrainConfig:
     """DiT stage: give the DiT the per-token wrist camera rays (``DiTConfig.wrist_rays``) -- a fresh DiT is
     built with them; an ``init_from`` model without them gains a zero-initialised ray embedding
     (:meth:`~neuralsim.world_model.model.WorldModel.with_wrist_rays`), so training starts from its predictions."""
+    rollout_share: float = 0.0
+    """Decoder stage: the share of training pairs whose latent is the model's own open-loop prediction of the
+    frame (:class:`~neuralsim.world_model.rollouts.RolloutLatents`, made once per model and dataset) instead of
+    the encoded frame.  0: encoded frames only, as before."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -206,6 +214,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wrist-rays", dest="wrist_rays", action="store_true",
                         help="--stage dit: the DiT also reads each wrist token's camera ray (a model from --init-from "
                              "gains a zero-initialised ray embedding)")
+    parser.add_argument("--rollout-share", dest="rollout_share", type=float, default=d.rollout_share,
+                        help="--stage decoder: this share of the training pairs decode the model's own open-loop "
+                             "latents of the frame (rolled out once per model and dataset, cached under "
+                             "<data>/.rollout_cache) instead of the encoded frame (default 0)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -452,6 +464,11 @@ def train(cfg: TrainConfig) -> dict:
     if dit_shape and (cfg.stage != "dit" or cfg.init_from):
         raise ValueError("--dit-dim/--dit-depth/--dit-heads shape a fresh DiT; they need --stage dit and no --init-from "
                          f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if not 0.0 <= cfg.rollout_share <= 1.0:
+        raise ValueError(f"--rollout-share must be in [0, 1], got {cfg.rollout_share}")
+    if cfg.rollout_share and cfg.stage != "decoder":
+        raise ValueError(f"--rollout-share trains the decoder on the DiT's rollouts; it needs --stage decoder "
+                         f"(got {cfg.stage!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
@@ -550,6 +567,9 @@ def train(cfg: TrainConfig) -> dict:
         if trainer["train_config"]["stage"] != cfg.stage or trainer["train_config"]["objective"] != cfg.objective:
             raise ValueError(f"{out} holds a {trainer['train_config']['stage']}/{trainer['train_config']['objective']} "
                              f"run; refusing to resume it as {cfg.stage}/{cfg.objective} (use another --out)")
+        if trainer["train_config"].get("rollout_share", 0.0) != cfg.rollout_share:
+            raise ValueError(f"{out} holds a run with --rollout-share {trainer['train_config'].get('rollout_share', 0.0)}; "
+                             f"refusing to resume it with {cfg.rollout_share} (use the same, or another --out)")
     else:
         ema = {k: p.detach().clone() for k, p in params.items()}
 
@@ -573,6 +593,10 @@ def train(cfg: TrainConfig) -> dict:
             memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main)
         else:
             memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips)
+
+    rollouts = None
+    if cfg.rollout_share:
+        rollouts = rollout_latents(model, memo, dataset, cfg, progress=cfg.progress and is_main)
 
     if cfg.stage == "dit" and ckpt is None and not recipe.get("latent_stats_fitted"):
         n = min(len(dataset), 32)
@@ -607,7 +631,9 @@ def train(cfg: TrainConfig) -> dict:
             "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget,
             **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
-            **({"wrist_rays": True} if cfg.wrist_rays else {})}]
+            **({"wrist_rays": True} if cfg.wrist_rays else {}),
+            **({"rollout_share": cfg.rollout_share, "rollout_seed": cfg.seed, "rollout_window": wm_cfg.window}
+               if cfg.rollout_share else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
@@ -659,7 +685,8 @@ def train(cfg: TrainConfig) -> dict:
                 images = frames[torch.arange(cfg.batch_size)[:, None], fi].flatten(0, 1).to(device)  # (B*F, V, H, W, 3)
                 loss, metrics = run_module(images, noise_gen)
             elif cfg.stage == "decoder":
-                latents, images = decoder_batch(memo, dataset, idx, image_size, cfg.frames_per_clip, gen, device)
+                latents, images = decoder_batch(memo, dataset, idx, image_size, cfg.frames_per_clip, gen, device,
+                                                rollouts, cfg.rollout_share)
                 loss, metrics = run_module(latents, images)
             else:
                 z, cond = memo.get(idx, device)
@@ -823,11 +850,15 @@ def _loss_module(autoencoder, method: str):
     return AELoss(autoencoder)
 
 
-def decoder_batch(memo, dataset, idx: list[int], image_size: int, frames_per_clip: int, gen, device):
+def decoder_batch(memo, dataset, idx: list[int], image_size: int, frames_per_clip: int, gen, device,
+                  rollouts=None, rollout_share: float = 0.0):
     """Training pairs of the decoder stage: stored latents and the frames they encode.
 
     Picks ``frames_per_clip`` random time steps of each clip ``idx``; returns latents (N, V, C, h, w)
     (the store's fp16, as float) and uint8 frames (N, V, H, W, 3), N = len(idx) * frames_per_clip.
+    With ``rollouts`` (:class:`~neuralsim.world_model.rollouts.RolloutLatents`, indexed like ``memo``), each
+    pair takes the model's generated latent of its time step instead with probability ``rollout_share``
+    (drawn from ``gen`` after the time steps, so a run without rollouts draws exactly what it always did).
     """
     import torch
 
@@ -836,7 +867,29 @@ def decoder_batch(memo, dataset, idx: list[int], image_size: int, frames_per_cli
     b = len(idx)
     fi = torch.randint(frames.shape[1], (b, frames_per_clip), generator=gen)
     rows = torch.arange(b)[:, None]
-    return z[rows, fi.to(z.device)].flatten(0, 1).float(), frames[rows, fi].flatten(0, 1).to(device)
+    picked = z[rows, fi.to(z.device)]
+    if rollouts is not None:
+        generated = rollouts.get(idx, device)[0][rows, fi.to(z.device)]
+        use = (torch.rand(b, frames_per_clip, generator=gen) < rollout_share).to(z.device)
+        picked = torch.where(use[..., None, None, None, None], generated, picked)
+    return picked.flatten(0, 1).float(), frames[rows, fi].flatten(0, 1).to(device)
+
+
+def rollout_latents(model, memo, dataset, cfg: TrainConfig, progress: bool):
+    """The model's open-loop latents over ``dataset``, indexed like ``memo`` (one set per dataset root)."""
+    from .info import count_key
+    from .latents import ConcatLatents, LatentStore
+    from .rollouts import RolloutLatents
+
+    stores = memo.stores if isinstance(memo, ConcatLatents) else [memo]
+    if not all(isinstance(st, LatentStore) for st in stores):
+        raise ValueError(f"--rollout-share needs episodes to roll out: a dataset root with the latent disk cache, "
+                         f"not {cfg.data!r}" + (" with --no-latent-disk-cache" if not cfg.latent_disk_cache else ""))
+    if not any(model.config.recipe.get(count_key("dit", o)) for o in ("step_forcing", "diffusion_forcing")):
+        log.warning("this model's recipe records no DiT training: its rollouts are noise, and a decoder trained on "
+                    "them learns little")
+    parts = [RolloutLatents(model, st, seed=cfg.seed, progress=progress) for st in stores]
+    return ConcatLatents(dataset, parts) if isinstance(memo, ConcatLatents) else parts[0]
 
 
 def _write_sample(out: Path, cfg: TrainConfig, dataset, step: int) -> None:

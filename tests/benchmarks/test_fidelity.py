@@ -66,6 +66,21 @@ def test_identical_frames_score_perfectly():
     assert m["mse"]["beyond"]["mean"] == 0.0 and len(m["ssim"]["per_frame"]) == 4
 
 
+def test_sharpness_tells_blur_from_noise():
+    """1 for the truth itself, below 1 for a blurred copy (which a hedging model draws), above 1 for added noise."""
+    rng = np.random.default_rng(2)
+    truth = rng.integers(40, 216, (4, 3, 16, 16, 3)).astype(np.uint8)
+    blurred = ((truth.astype(np.float64) + np.roll(truth, 1, -2) + np.roll(truth, 1, -3) + np.roll(truth, (1, 1), (-3, -2)))
+               / 4).astype(np.uint8)
+    np.testing.assert_allclose(F.sharpness_frames(truth, truth), 1.0)
+    assert (F.sharpness_frames(blurred, truth) < 0.7).all() and F.sharpness_frames(blurred, truth).shape == (4, 3)
+    assert (F.sharpness_frames(_noisy(truth, 30.0, 0), truth) > 1.05).all()
+    flat = np.full((2, 16, 16, 3), 90, np.uint8)
+    assert np.isfinite(F.sharpness_frames(truth[0, :2], flat)).all()  # a flat true frame does not divide by 0
+    m = F.frame_metrics([blurred], [truth], F.Windows(clip_length=2))
+    assert m["sharpness"]["in_horizon"]["mean"] < 0.7 and len(m["sharpness"]["per_frame"]) == 4
+
+
 def _noisy(frames: np.ndarray, sigma: float, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return np.clip(frames + rng.normal(0.0, sigma, frames.shape), 0, 255).astype(np.uint8)
@@ -103,6 +118,10 @@ def test_per_episode_scores_and_paired_differences():
     cube = diff["cube_end_error_m"]
     assert cube["mean"] == pytest.approx(((0.03 - 0.10) + (0.30 - 0.20)) / 2)
     assert cube["b_better"] == 1 and cube["into_5cm"] == 1 and cube["out_of_5cm"] == 0
+    assert diff["frames"]["sharpness_in_horizon"]["mean"]["mean"] < 0  # B's episode 8 has less noise: less "detail"
+    # reports from before the sharpness metric still pair, on the other rows
+    old = {k: v for k, v in split_a.items() if k != "sharpness"}
+    assert "sharpness_in_horizon" not in F.paired_differences(old, split_b)["frames"]
     table = F.format_paired({"a": "a", "b": "b", "split": "heldout", **diff})
     assert "paired, b - a, heldout: 2 episodes" in table and "1/2" in table and "cube end error" in table
 

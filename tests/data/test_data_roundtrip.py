@@ -371,3 +371,130 @@ def test_concatenated_datasets_train_on_both_with_their_own_latent_caches(datase
         open_dataset(f"{expert},", clip_length=6, image_size=16)
     with pytest.raises(ValueError, match="disagree"):
         ConcatClipDataset([a, ClipDataset(idle, clip_length=4, image_size=16)])
+
+
+def _tiny_rolling_model(seed: int = 0):
+    """The tiny world model with a randomised DiT (AdaLN-Zero would make an untrained one predict zeros)."""
+    import torch
+
+    from neuralsim.world_model.config import preset
+    from neuralsim.world_model.model import WorldModel
+
+    torch.manual_seed(seed)
+    wm = WorldModel(preset("tiny")).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in wm.dit.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return wm
+
+
+def test_rollout_latents_are_the_models_own_open_loop_frames(dataset, tmp_path):
+    """Each episode is rolled out from its encoded first frame on its recorded poses, with its own noise stream:
+    the batched, cached result equals stepping that one episode alone; files are reused, torn ones redone."""
+    import shutil
+
+    import torch
+
+    from neuralsim.world_model.latents import LatentStore
+    from neuralsim.world_model.rollouts import ROLLOUT_CACHE_DIR, RolloutLatents, episode_generator
+
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root)
+    wm = _tiny_rolling_model()
+    ds = ClipDataset(root, clip_length=6, image_size=16)
+    store = LatentStore(wm.autoencoder, ds, progress=False)
+    store.lengths = store.lengths.copy()
+    store.lengths[-1] -= 11  # episodes of unequal length share a batch
+    lengths = [int(n) for n in store.lengths]
+    roll = RolloutLatents(wm, store, seed=3, batch_size=len(lengths), progress=False)
+    files = sorted((root / ROLLOUT_CACHE_DIR / roll.fingerprint).glob("episode_*.npz"))
+    assert len(files) == len(ds.records)
+
+    for pos, rec in enumerate(ds.records):
+        first, n = int(store.offsets[pos]), lengths[pos]
+        got = roll.latents[first:first + n].float()
+        true = store.latents[first:first + n].float()
+        assert torch.equal(got[0], true[0])  # frame 0 is the given context
+        # the reference: this episode alone, through the public stepping API
+        state = wm.new_state(1)
+        gen = episode_generator(3, rec["episode_index"], "cpu")
+        wm.reset_latents(state, None, wm.normalise(true[:1]), store.cond[first:first + 1])
+        for t in range(1, n):
+            noise = torch.randn(tuple(true.shape[1:]), generator=gen)[None]
+            x = wm.generate(state, noise, store.cond[first + t:first + t + 1])
+            torch.testing.assert_close(got[t], wm.denormalise(x)[0].half().float(), atol=2e-2, rtol=1e-2)
+        assert (got[1:] - true[1:]).abs().mean() > 0.05  # generated, not copied from the encoder
+
+    # windows come back like the latent store's, with the store's conditioning
+    z, cond = roll.get([0, 1], "cpu")
+    z_true, cond_true = store.get([0, 1], "cpu")
+    assert z.shape == z_true.shape and torch.equal(cond, cond_true)
+    # a second set reads the files (prove it by changing one); batching does not change the result
+    with np.load(files[0]) as f:
+        saved = f["latents"]
+    np.savez(files[0], latents=np.zeros_like(saved))
+    again = RolloutLatents(wm, store, seed=3, batch_size=1, progress=False)
+    assert again.latents[:lengths[0]].abs().max() == 0
+    files[0].write_bytes(b"torn")  # unreadable: rolled out again (alone this time) and rewritten
+    redone = RolloutLatents(wm, store, seed=3, batch_size=1, progress=False)
+    torch.testing.assert_close(redone.latents.float(), roll.latents.float(), atol=2e-2, rtol=1e-2)
+    # the fingerprint ignores the decoder and follows the DiT and the seed
+    with torch.no_grad():
+        next(wm.autoencoder.vae.decoder.parameters()).add_(0.1)
+    assert RolloutLatents(wm, store, seed=3, progress=False).fingerprint == roll.fingerprint
+    assert RolloutLatents(wm, store, seed=4, progress=False).fingerprint != roll.fingerprint
+    with torch.no_grad():
+        next(wm.dit.parameters()).add_(0.1)
+    assert RolloutLatents(wm, store, seed=3, progress=False).fingerprint != roll.fingerprint
+    with pytest.raises(ValueError, match="batch_size"):
+        RolloutLatents(wm, store, batch_size=0, progress=False)
+
+
+def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
+    """``--rollout-share``: the decoder stage decodes the DiT's own latents; only the decoder moves, the recipe
+    says so, and a resume with another share is refused."""
+    import shutil
+
+    import torch
+
+    from neuralsim.world_model.latents import LatentStore
+    from neuralsim.world_model.model import WorldModel
+    from neuralsim.world_model.rollouts import ROLLOUT_CACHE_DIR, RolloutLatents
+    from neuralsim.world_model.train import TrainConfig, decoder_batch, train
+
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root)
+    base = tmp_path / "base"
+    _tiny_rolling_model().save_pretrained(base)
+
+    def cfg(out, **kw):
+        return TrainConfig(**{**dict(stage="decoder", data=str(root), out=str(out), init_from=str(base), steps=4,
+                                     batch_size=2, log_every=1, checkpoint_every=2, sample_every=-1, progress=False,
+                                     warmup=1, lr=3e-3, rollout_share=1.0), **kw})
+
+    for bad, match in ((dict(rollout_share=1.5), r"\[0, 1\]"), (dict(stage="dit", objective="step_forcing"), "needs --stage decoder")):
+        with pytest.raises(ValueError, match=match):
+            train(cfg(tmp_path / "bad", **bad))
+    out = tmp_path / "dec"
+    train(cfg(out, steps=2))
+    assert list((root / ROLLOUT_CACHE_DIR).glob("*/episode_*.npz"))
+    with pytest.raises(ValueError, match="rollout-share 1.0"):
+        train(cfg(out, rollout_share=0.5))
+    train(cfg(out))  # resumes, reusing the rolled-out latents
+    a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(out / "model")
+    changed = {k for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()) if not torch.equal(x, y)}
+    assert changed and all(k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")) for k in changed)
+    stage = b.config.recipe["stages"][-1]
+    assert stage["rollout_share"] == 1.0 and stage["rollout_window"] == a.config.window and stage["steps_run"] == 4
+
+    # the pairs: with share 1 every latent is the rollout's latent of the frame beside it, with share 0 the store's
+    ds = ClipDataset(root, clip_length=6, image_size=16)
+    store = LatentStore(a.autoencoder, ds, progress=False)
+    roll = RolloutLatents(a, store, seed=0, progress=False)
+    idx = [0, len(ds) - 1]
+    for share, source in ((1.0, roll), (0.0, store)):
+        z, frames = decoder_batch(store, ds, idx, 16, 3, torch.Generator().manual_seed(5), "cpu", roll, share)
+        fi = torch.randint(6, (2, 3), generator=torch.Generator().manual_seed(5))
+        want = source.get(idx, "cpu")[0][torch.arange(2)[:, None], fi].flatten(0, 1)
+        assert torch.equal(z, want) and frames.shape[0] == 6
