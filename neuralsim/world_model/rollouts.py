@@ -99,7 +99,7 @@ class RolloutLatents(WindowedLatents):
             bar = None
         writable = True
         todo.sort(key=lambda p: int(self.lengths[p]))
-        was_training = model.training
+        modes = [(m, m.training) for m in model.modules()]  # a trainer may hold some parts in train mode
         model.eval()
         try:
             for i in range(0, len(todo), batch_size):
@@ -112,7 +112,8 @@ class RolloutLatents(WindowedLatents):
                 if bar is not None:
                     bar.update(len(batch))
         finally:
-            model.train(was_training)
+            for m, mode in modes:
+                m.train(mode)
             if bar is not None:
                 bar.close()
         self.latents = latents
