@@ -464,8 +464,8 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
     Every episode is scored by both models, so the spread *between* episodes (some are hard for any model)
     cancels and a difference of a few hundredths of a dB can be told from noise.  For each (metric, window)
-    and view: the mean of the per-episode differences, its standard error, a 95% interval (normal
-    approximation; the splits have 30-60 episodes) and how many episodes B scores higher.  Episodes are
+    and view: the mean of the per-episode differences, its standard error, a 95% interval
+    (:func:`difference_summary`) and how many episodes B scores higher.  Episodes are
     matched by their index in the split; those only one side scored are left out (``episodes`` says how
     many pair up).  The cube row is the end-of-episode position error (lower is better), with the
     episodes that cross the 5 cm line each way.
@@ -502,15 +502,48 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def t_quantile_975(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom: the factor on the standard error of a
+    95% interval from ``df + 1`` paired differences (12.71 for 2 of them, 3.18 for 4, 2.00 for 60).
+
+    Inverts (by bisection) the exact two-sided probability for an integer ``df``, a finite series in
+    theta = atan(t / sqrt(df)) (Abramowitz and Stegun 26.7.3-4); above 1,000 degrees of freedom, the normal 1.96.
+    """
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if df > 1000:
+        return 1.959964
+
+    def two_sided(t: float) -> float:  # P(|T| <= t)
+        theta = math.atan(t / math.sqrt(df))
+        c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+        if df % 2:  # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+            for k in range(1, (df - 1) // 2):
+                term *= c2 * (2 * k) / (2 * k + 1)
+                total += term
+            return 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
+        for k in range(1, df // 2):  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return math.sin(theta) * total
+
+    lo, hi = 0.0, 1000.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if two_sided(mid) < 0.95 else (lo, mid)
+    return (lo + hi) / 2
+
+
 def difference_summary(d: np.ndarray) -> dict[str, Any]:
-    """Mean of paired differences ``d``, its standard error, a 95% interval (normal approximation) and how
-    many are positive."""
+    """Mean of paired differences ``d``, its standard error, a 95% interval (Student's t with n - 1 degrees of
+    freedom, so a handful of episodes gets the wide interval it deserves) and how many are positive."""
     if len(d) == 0:
         return {"n": 0, "mean": None, "se": None, "ci95": None, "b_better": 0}
     se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else None
     mean = float(d.mean())
+    half = None if se is None else t_quantile_975(len(d) - 1) * se
     return {"n": int(len(d)), "mean": mean, "se": se,
-            "ci95": None if se is None else [mean - 1.96 * se, mean + 1.96 * se], "b_better": int((d > 0).sum())}
+            "ci95": None if se is None else [mean - half, mean + half], "b_better": int((d > 0).sum())}
 
 
 def pair_results(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -531,7 +564,7 @@ def format_paired(diff: dict[str, Any]) -> str:
             return f"{'-':>22}"
         text = f"{summary['mean']:+.{decimals}f}"
         if summary["se"] is not None:
-            text += f" ± {1.96 * summary['se']:.{decimals}f}"
+            text += f" ± {summary['ci95'][1] - summary['mean']:.{decimals}f}"
         return f"{text:>22}"
 
     def wins(summary: dict[str, Any]) -> str:
@@ -546,7 +579,7 @@ def format_paired(diff: dict[str, Any]) -> str:
         lines.append(f"{'':<18}" + "".join(wins(row[v]) for v in columns))
     if "cube_end_error_m" in diff:
         c = diff["cube_end_error_m"]
-        ci = "" if c["se"] is None else f" ± {100 * 1.96 * c['se']:.1f}"
+        ci = "" if c["se"] is None else f" ± {100 * (c['ci95'][1] - c['mean']):.1f}"
         lines.append(f"cube end error {100 * c['mean']:+.1f}{ci} cm; B nearer the true cube in {c['b_better']}/{c['n']}; "
                      f"{c['into_5cm']} episodes move into and {c['out_of_5cm']} out of 5 cm")
     return "\n".join(lines)

@@ -9,8 +9,8 @@ Two ``neuralsim train`` runs with the same ``--seed``, ``--data`` and batch size
 same noise at every step, whatever else differs (an input, a learning rate, a loss term).  Their
 ``metrics.jsonl`` lines can then be compared step by step: the ratio ``B / A - 1`` of each logged loss
 (``loss`` and ``loss_view0..2``) cancels the batch-to-batch spread that dwarfs small effects in either
-curve alone.  Each block of steps gets the mean ratio and a 95% interval over its logged steps (normal
-approximation; log lines are every ``--log-every`` steps, 10 by default).  The interval is the spread
+curve alone.  Each block of steps gets the mean ratio and a 95% interval over its logged steps
+(Student's t; log lines are every ``--log-every`` steps, 10 by default).  The interval is the spread
 within one pair of runs: a different seed draws other batches and another initialisation, so an effect
 near the interval's size still wants a second pair (docs/FIDELITY.md, session 46).
 """
@@ -64,7 +64,7 @@ def paired_blocks(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]]
         row: dict[str, Any] = {"first_step": lo + 1, "last_step": lo + block, "logged_steps": len(inside)}
         for k in keys:
             s = difference_summary(np.array([b[t][k] / a[t][k] - 1.0 for t in inside if a[t][k] > 0], np.float64))
-            row[k] = {"mean": s["mean"], "ci95": None if s["se"] is None else 1.96 * s["se"]}  # the half-width
+            row[k] = {"mean": s["mean"], "ci95": None if s["se"] is None else s["ci95"][1] - s["mean"]}  # half-width
         blocks.append(row)
     return {"common_steps": len(steps), "last_step": steps[-1], "keys": keys, "blocks": blocks,
             "only_in_a": len(set(a) - set(b)), "only_in_b": len(set(b) - set(a))}

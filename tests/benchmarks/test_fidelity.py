@@ -81,6 +81,21 @@ def test_sharpness_tells_blur_from_noise():
     assert m["sharpness"]["in_horizon"]["mean"] < 0.7 and len(m["sharpness"]["per_frame"]) == 4
 
 
+def test_paired_intervals_use_students_t():
+    """A 95% interval from n differences is mean ± t(n - 1) * se: a few episodes give a wide one."""
+    for df, table in ((1, 12.706), (3, 3.182), (10, 2.228), (59, 2.001)):  # printed t tables, 97.5%
+        assert F.t_quantile_975(df) == pytest.approx(table, abs=5e-4)
+    assert F.t_quantile_975(10**6) == pytest.approx(1.96, abs=1e-3)
+    with pytest.raises(ValueError, match="df"):
+        F.t_quantile_975(0)
+    d = np.array([0.1, 0.3, 0.2, 0.6])
+    s = F.difference_summary(d)
+    se = d.std(ddof=1) / 2
+    assert s["se"] == pytest.approx(se) and s["ci95"] == pytest.approx([d.mean() - 3.1824 * se, d.mean() + 3.1824 * se], abs=1e-4)
+    assert "± 0.3" in F.format_paired({"a": "a", "b": "b", "split": "s", "episodes": 4,
+                                       "frames": {"psnr_in_horizon": {v: s for v in (*VIEW_NAMES, "mean")}}})
+
+
 def _noisy(frames: np.ndarray, sigma: float, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return np.clip(frames + rng.normal(0.0, sigma, frames.shape), 0, 255).astype(np.uint8)
