@@ -153,7 +153,9 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         for i, st in enumerate(info["stages"], 1):
             run = st["steps_run"]
             mark = {"derived": "*", "unknown": "?"}.get(st["steps_run_source"], "")
-            rows.append((str(i), str(st.get("stage", "")), str(st.get("objective", "")), str(st.get("data", "")),
+            objective = str(st.get("objective", "")) + (f" + rollouts {st['rollout_share']:g}"
+                                                         if st.get("rollout_share") else "")
+            rows.append((str(i), str(st.get("stage", "")), objective, str(st.get("data", "")),
                          str(st.get("batch_size", "")), f"{st['lr']:g}" if "lr" in st else "",
                          f"{st['steps']:,}" if "steps" in st else "",
                          (f"{run:,}" if run is not None else "") + mark))

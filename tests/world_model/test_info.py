@@ -61,6 +61,16 @@ def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, 
     assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
 
 
+def test_info_names_a_decoder_stage_trained_on_rollouts(tiny_checkpoint, tmp_path):
+    wm = WorldModel.from_pretrained(tiny_checkpoint)
+    wm.config.recipe = {**wm.config.recipe, "stages": [
+        {"stage": "decoder", "objective": "reconstruction", "steps": 20, "steps_run": 20, "rollout_share": 0.75}]}
+    wm.save_pretrained(tmp_path / "m")
+    text = format_checkpoint_info(checkpoint_info(tmp_path / "m"))
+    assert "reconstruction + rollouts 0.75" in text
+    assert "rollouts" not in format_checkpoint_info(checkpoint_info(tiny_checkpoint))
+
+
 def test_cli_prints_the_shipped_models_recipe(capsys):
     assert main(["model", "info"]) == 0
     out = capsys.readouterr().out
