@@ -44,6 +44,27 @@ def autoencoder_fingerprint(autoencoder, image_size: int) -> str:
     return h.hexdigest()[:16]
 
 
+def read_npz(path: Path, what: str, keys: tuple[str, ...], check=None) -> tuple[np.ndarray, ...] | None:
+    """Arrays ``keys`` of ``path``; None, with a warning naming the ``what`` cache, if the file is missing, unreadable
+    or fails ``check(*arrays)`` (which raises ValueError), so that the caller computes them again."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = tuple(f[k] for k in keys)
+        if check is not None:
+            check(*arrays)
+        return arrays
+    except (OSError, ValueError, KeyError) as e:
+        log.warning("%s cache %s unreadable (%s); computing it again", what, path, e)
+        return None
+
+
+def _check_latents_cond(z: np.ndarray, cond: np.ndarray) -> None:
+    if len(cond) != len(z) or z.ndim != 5:
+        raise ValueError(f"latents {z.shape} and cond {cond.shape} disagree")
+
+
 def write_npz(path: Path, what: str, **arrays: np.ndarray) -> bool:
     """Write ``arrays`` to ``path`` atomically; False (and a warning naming ``what`` cache) if it cannot be written."""
     try:
@@ -115,16 +136,7 @@ class LatentStore(WindowedLatents):
         encoded = 0
         for rec in tqdm(dataset.records, desc="encoding latents", unit="ep"):
             path = self.dir / f"episode_{int(rec['episode_index']):06d}.npz"
-            z = cond = None
-            if path.is_file():
-                try:
-                    with np.load(path, allow_pickle=False) as f:
-                        z, cond = f["latents"], f["cond"]
-                    if len(cond) != len(z) or z.ndim != 5:
-                        raise ValueError(f"latents {z.shape} and cond {cond.shape} disagree")
-                except (OSError, ValueError, KeyError) as e:
-                    log.warning("latent cache %s unreadable (%s); encoding again", path, e)
-                    z = cond = None
+            z, cond = read_npz(path, "latent", ("latents", "cond"), _check_latents_cond) or (None, None)
             if z is None:
                 ep = load_episode(dataset.root, rec, dataset.image_size, dataset.layout)
                 frames = torch.from_numpy(np.ascontiguousarray(ep.frames))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .latents import LatentStore, WindowedLatents, write_npz
+from .latents import LatentStore, WindowedLatents, read_npz, write_npz
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,11 @@ def rollout_fingerprint(model, seed: int) -> str:
         h.update(name.encode())
         h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def _check_shape(z: np.ndarray, want: tuple) -> None:
+    if z.shape != want:
+        raise ValueError(f"latents {z.shape}, expected {want}")
 
 
 def episode_generator(seed: int, episode_index: int, device):
@@ -86,11 +91,12 @@ class RolloutLatents(WindowedLatents):
         records = store.dataset.records
         todo = []
         for pos, rec in enumerate(records):
-            z = self._read(self._path(rec), int(self.lengths[pos]), tuple(latents.shape[1:]))
-            if z is None:
+            want = (int(self.lengths[pos]), *latents.shape[1:])
+            found = read_npz(self._path(rec), "rollout", ("latents",), lambda z, want=want: _check_shape(z, want))
+            if found is None:
                 todo.append(pos)
-            else:
-                latents[self.offsets[pos]:self.offsets[pos] + self.lengths[pos]] = torch.from_numpy(z).to(self.device)
+                continue
+            latents[self.offsets[pos]:self.offsets[pos] + self.lengths[pos]] = torch.from_numpy(found[0]).to(self.device)
         if progress and todo:
             from tqdm.auto import tqdm
 
@@ -143,17 +149,3 @@ class RolloutLatents(WindowedLatents):
                 out.append(model.denormalise(x).half().cpu())
         z = torch.stack(out, dim=1)  # (b, T_max, V, C, h, w)
         return [z[j, :lengths[j]] for j in range(len(batch))]
-
-    @staticmethod
-    def _read(path: Path, length: int, frame_shape: tuple) -> np.ndarray | None:
-        if not path.is_file():
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                z = f["latents"]
-            if z.shape != (length, *frame_shape):
-                raise ValueError(f"latents {z.shape}, expected {(length, *frame_shape)}")
-            return z
-        except (OSError, ValueError, KeyError) as e:
-            log.warning("rollout cache %s unreadable (%s); rolling out again", path, e)
-            return None
