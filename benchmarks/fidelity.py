@@ -452,10 +452,11 @@ def evaluate_autoencoder(wm, episodes: list[EvalEpisode], probe) -> dict[str, An
 
 
 def autoencoder_ceiling(wm, episodes: Sequence[EvalEpisode], windows: Windows) -> dict[str, Any]:
-    """PSNR and SSIM per window of the true frames 0..2H through ``wm``'s autoencoder (the benchmark's ceiling)."""
+    """PSNR and SSIM per window of the true frames 0..2H through ``wm``'s autoencoder (the benchmark's ceiling), and
+    their sharpness: the detail the autoencoder alone keeps, the reference for a generated frame's."""
     ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
                             windows)
-    return {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
+    return {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim", "sharpness")}
 
 
 # ---------------------------------------------------------------------------------------------- paired A/B

@@ -203,7 +203,7 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert pos["probe_on_round_trip_error_m_mean"] >= 0.0 and 0.0 <= pos["probe_on_round_trip_share_below_5cm"] <= 1.0
     assert set(held["targets_met"]) == set(F.TARGETS) and "targets_met" not in entry["splits"]["ood"]
     ceiling = held["autoencoder_ceiling"]
-    assert set(ceiling) == {"psnr", "ssim"} and ceiling["ssim"]["in_horizon"]["frames"] == 2 * 6
+    assert set(ceiling) == {"psnr", "ssim", "sharpness"} and ceiling["ssim"]["in_horizon"]["frames"] == 2 * 6
     # per task family and outcome: the group's episode means, which the per-episode scores give back
     groups = held["by_group"]
     records = list_episodes(splits["heldout"])[:2]
