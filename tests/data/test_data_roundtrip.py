@@ -475,7 +475,8 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
                                      batch_size=2, log_every=1, checkpoint_every=2, sample_every=-1, progress=False,
                                      warmup=1, lr=3e-3, rollout_share=1.0), **kw})
 
-    for bad, match in ((dict(rollout_share=1.5), r"\[0, 1\]"), (dict(stage="dit", objective="step_forcing"), "needs --stage decoder")):
+    for bad, match in ((dict(rollout_share=1.5), r"\[0, 1\]"), (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
+                       (dict(data="synthetic:4"), "needs episodes to roll out")):
         with pytest.raises(ValueError, match=match):
             train(cfg(tmp_path / "bad", **bad))
     out = tmp_path / "dec"
