@@ -33,14 +33,18 @@ LATENT_CACHE_DIR = ".latent_cache"
 ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.")
 
 
+def hash_weights(h, state_dict: dict, keep) -> None:
+    """Feed every tensor of ``state_dict`` whose name passes ``keep(name)``, name and bytes, in name order, into ``h``."""
+    for name, t in sorted(state_dict.items()):
+        if keep(name):
+            h.update(name.encode())
+            h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
+
+
 def autoencoder_fingerprint(autoencoder, image_size: int) -> str:
     """16 hex digits identifying the autoencoder's encoding weights (and the frame size it is fed)."""
     h = hashlib.sha256(f"encoder;image_size={image_size};".encode())
-    for name, t in sorted(autoencoder.state_dict().items()):
-        if not name.startswith(ENCODER_PREFIXES):
-            continue
-        h.update(name.encode())
-        h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
+    hash_weights(h, autoencoder.state_dict(), lambda name: name.startswith(ENCODER_PREFIXES))
     return h.hexdigest()[:16]
 
 

@@ -25,15 +25,14 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from .latents import LatentStore, WindowedLatents, read_npz, write_npz
+from .latents import LatentStore, WindowedLatents, hash_weights, read_npz, write_npz
+from .model import DECODER_PREFIXES
 
 log = logging.getLogger(__name__)
 
 ROLLOUT_CACHE_DIR = ".rollout_cache"
-
-#: State-dict prefixes of the weights that only decode: they do not change a rollout's latents.
-DECODER_PREFIXES = ("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")
 
 
 def rollout_fingerprint(model, seed: int) -> str:
@@ -42,11 +41,7 @@ def rollout_fingerprint(model, seed: int) -> str:
     h = hashlib.sha256(json.dumps({"seed": int(seed), "window": cfg.window, "num_sink": cfg.num_sink,
                                    "schedule": list(cfg.schedule),
                                    "image_size": cfg.autoencoder.image_size}, sort_keys=True).encode())
-    for name, t in sorted(model.state_dict().items()):
-        if name.startswith(DECODER_PREFIXES):
-            continue
-        h.update(name.encode())
-        h.update(t.detach().to("cpu").contiguous().numpy().tobytes())
+    hash_weights(h, model.state_dict(), lambda name: not name.startswith(DECODER_PREFIXES))  # decoding only: no effect
     return h.hexdigest()[:16]
 
 
@@ -57,8 +52,6 @@ def _check_shape(z: np.ndarray, want: tuple) -> None:
 
 def episode_generator(seed: int, episode_index: int, device):
     """The noise generator of one episode's rollout."""
-    import torch
-
     return torch.Generator(device=device).manual_seed((int(seed) * 1_000_003 + int(episode_index)) % (2 ** 63))
 
 
@@ -78,8 +71,6 @@ class RolloutLatents(WindowedLatents):
     """
 
     def __init__(self, model, store: LatentStore, seed: int = 0, batch_size: int = 32, progress: bool = True):
-        import torch
-
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.dataset, self.lengths, self.offsets = store.dataset, store.lengths, store.offsets
@@ -130,8 +121,6 @@ class RolloutLatents(WindowedLatents):
 
     def _roll_out(self, model, store: LatentStore, batch: list[int]) -> list:
         """Roll out records ``batch`` together; returns each one's raw fp16 latents (T_i, V, C, h, w) on the CPU."""
-        import torch
-
         dev = model.device
         lengths = np.array([int(self.lengths[p]) for p in batch])
         first = self.offsets[batch]
