@@ -285,16 +285,29 @@ def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int,
     A world model's frames pass through the same decoder, so these frames score the best any DiT could
     reach with this autoencoder: the benchmark's ceiling.
     """
-    return [round_trip_frames(wm, e.frames[:last_frame + 1], batch_frames) for e in episodes]
+    return [round_trip_frames(wm, e.frames[:last_frame + 1], batch_frames, reference=e.frames[0]) for e in episodes]
 
 
-def round_trip_frames(wm, frames: np.ndarray, batch_frames: int = 64) -> np.ndarray:
-    """uint8 frames (T, V, S, S, 3) encoded and decoded by the model's autoencoder, ``batch_frames`` at a time."""
+def round_trip_frames(wm, frames: np.ndarray, batch_frames: int = 64, reference: np.ndarray | None = None) -> np.ndarray:
+    """uint8 frames (T, V, S, S, 3) encoded and decoded by the model's autoencoder, ``batch_frames`` at a time.
+
+    ``reference``: the episode's first frame (V, S, S, 3), which a model with a reference head decodes
+    against, as the env does (one per frame: ``(T, V, S, S, 3)``).  None: the decoder alone.
+    """
     import torch
 
     frames = torch.from_numpy(np.ascontiguousarray(frames))
+    ref = None
+    if reference is not None:
+        views = torch.from_numpy(np.ascontiguousarray(reference))
+        one = views.ndim == 4  # one reference for every frame: encode it once
+        views = views[None] if one else views
+        latents = wm.encode(views)
+        ref = (views.expand(len(frames), *views.shape[1:]), latents.expand(len(frames), *latents.shape[1:])) if one \
+            else (views, latents)
     with torch.no_grad():
-        parts = [wm.decode(wm.encode(frames[i:i + batch_frames])).cpu().numpy()
+        parts = [wm.decode(wm.encode(frames[i:i + batch_frames]),
+                           None if ref is None else (ref[0][i:i + batch_frames], ref[1][i:i + batch_frames])).cpu().numpy()
                  for i in range(0, len(frames), batch_frames)]
     return np.concatenate(parts).astype(np.uint8)
 
@@ -412,6 +425,7 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
                            "generation_seconds": round(t_gen, 2)}
     res.update(frame_metrics(generated, [e.frames for e in episodes], windows))
     res["autoencoder_ceiling"] = autoencoder_ceiling(wm, episodes, windows)
+    res["hold_first_frame"] = hold_first_frame(episodes, windows)
     res["position"] = None if probe is None else position_errors(
         probe, episodes, generated, decoded_last=last_frames_round_trip(wm, episodes))
     res["by_group"] = group_scores(res, episodes)
@@ -457,6 +471,15 @@ def autoencoder_ceiling(wm, episodes: Sequence[EvalEpisode], windows: Windows) -
     ceiling = frame_metrics(autoencoder_round_trip(wm, episodes, 2 * windows.clip_length), [e.frames for e in episodes],
                             windows)
     return {m: {w: ceiling[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim", "sharpness")}
+
+
+def hold_first_frame(episodes: Sequence[EvalEpisode], windows: Windows) -> dict[str, Any]:
+    """PSNR and SSIM per window of frame 0 held still: the no-skill floor of a model that sees frame 0 (through
+    a reference head, a decoder does).  A model that copies the still background but not the motion scores
+    near it."""
+    held = [np.broadcast_to(e.frames[:1], e.frames.shape) for e in episodes]
+    floor = frame_metrics(held, [e.frames for e in episodes], windows)
+    return {m: {w: floor[m][w] for w, _ in windows.items()} for m in ("psnr", "ssim")}
 
 
 # ---------------------------------------------------------------------------------------------- paired A/B
@@ -588,7 +611,7 @@ def format_paired(diff: dict[str, Any]) -> str:
 
 def last_frames_round_trip(wm, episodes: Sequence[EvalEpisode]) -> np.ndarray:
     """Each episode's true last frame through ``wm``'s autoencoder, (N, V, S, S, 3): the probe's round-trip floor."""
-    return round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes]))
+    return round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes]), reference=np.stack([e.frames[0] for e in episodes]))
 
 
 def check_targets(split: dict[str, Any]) -> dict[str, bool | None]:
@@ -729,6 +752,11 @@ def format_table(report: dict[str, Any]) -> str:
                     if vals:
                         detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}"
                                       f"  mean {vals['mean']:.4g}  (autoencoder ceiling)")
+            for metric, windows in (r.get("hold_first_frame") or {}).items():
+                for w, vals in windows.items():
+                    if vals:
+                        detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}"
+                                      f"  mean {vals['mean']:.4g}  (frame 0 held still: the no-skill floor)")
             if pos.get("cube_left_at_start_error_m_mean") is not None:
                 detail.append(f"  {entry['label']:<12} {split:<8} cube moved "
                               f"{100 * pos['generated_end_from_start_m_mean']:.1f} cm in the generated video, "

@@ -302,7 +302,7 @@ class _Core:
             latents = self.wm.generate(self.state, noise, torch.from_numpy(cond).to(self.wm.device),
                                        rows=None if all_rows else torch.as_tensor(rows), schedule=self.schedule)
             t2 = time.perf_counter()
-            views = self.wm.decode(latents)
+            views = self.wm.decode(latents, self.state.reference(None if all_rows else torch.as_tensor(rows)))
             obs_views = resize_views(views, self.image_size).cpu().numpy()
             views = views.cpu().numpy()
         t3 = time.perf_counter()

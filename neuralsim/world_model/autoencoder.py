@@ -107,6 +107,56 @@ def fold_upsamplers(decoder: nn.Module) -> nn.Module:
     return decoder
 
 
+class ReferenceHead(nn.Module):
+    """Refines decoded views with the episode's first, true view: ``out = dec + g * (ref - dec) + r``.
+
+    A 16x16x4 latent cannot carry a 64x64 view's fine detail, yet most of that detail sits still: the
+    exterior cameras are fixed and the table, walls and robot base do not move.  The episode's first views
+    are known exactly (the env resets from them), so where a region has not changed the head copies it
+    from there (gate ``g`` near 1), and elsewhere it leaves the decoder's output, plus a small correction
+    ``r``.  Whether a region changed it reads from the latents (the current latent and its difference to
+    the first frame's, upsampled to pixels) and from the decoded and reference views themselves.
+
+    Inputs per view (all (N, ., H, W) or (N, ., h, w)): the decoded view ``dec`` and the reference ``ref``
+    in [-1, 1], the raw latents ``z`` and ``z_ref``, and the view's index (a one-hot, so the head can learn
+    that a moving wrist camera's reference rarely lines up).  Five 3x3 convolutions at full resolution,
+    dilated 1-2-4-1 for a 17-pixel field of view.  The last one starts at zero with the gate's bias at
+    ``GATE_BIAS``, so a fresh head changes a view by at most ``2 * sigmoid(GATE_BIAS)`` (< 0.005 of the
+    [-1, 1] range, under one grey level).
+    """
+
+    GATE_BIAS = -6.0
+
+    def __init__(self, channels: int, latent_channels: int, num_views: int = 3):
+        super().__init__()
+        self.num_views = num_views
+        c_in = 3 * 3 + 2 * latent_channels + num_views
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, channels, 3, padding=1), nn.SiLU(),
+            nn.Conv2d(channels, channels, 3, padding=2, dilation=2), nn.SiLU(),
+            nn.Conv2d(channels, channels, 3, padding=4, dilation=4), nn.SiLU(),
+            nn.Conv2d(channels, channels, 3, padding=1), nn.SiLU(),
+        )
+        self.out = nn.Conv2d(channels, 4, 3, padding=1)  # gate logit + RGB correction
+        nn.init.zeros_(self.out.weight)
+        with torch.no_grad():
+            self.out.bias.zero_()
+            self.out.bias[0] = self.GATE_BIAS
+
+    def forward(self, dec: torch.Tensor, ref: torch.Tensor, z: torch.Tensor, z_ref: torch.Tensor) -> torch.Tensor:
+        """dec, ref (N, 3, H, W) in [-1, 1]; z, z_ref (N, C, h, w) raw latents; N = batch x views,
+        views innermost.  Returns the refined views (N, 3, H, W)."""
+        n, _, h, w = dec.shape
+        if n % self.num_views:
+            raise ValueError(f"the reference head takes whole frames of {self.num_views} views, got {n} views")
+        up = F.interpolate(torch.cat([z, z - z_ref], 1), size=(h, w), mode="nearest")  # (N, 2C, H, W)
+        view = torch.eye(self.num_views, dtype=dec.dtype, device=dec.device).repeat(n // self.num_views, 1)
+        feats = torch.cat([dec, ref, ref - dec, up, view[:, :, None, None].expand(n, self.num_views, h, w)], 1)
+        a = self.out(self.body(feats))  # (N, 4, H, W)
+        gate = torch.sigmoid(a[:, :1])
+        return dec + gate * (ref - dec) + a[:, 1:]
+
+
 class ViewAutoencoder(nn.Module):
     """A small ``diffusers.AutoencoderKL`` applied independently to every view."""
 
@@ -132,6 +182,14 @@ class ViewAutoencoder(nn.Module):
             self.vae.decoder = self._make_decoder(config)  # folded there
         else:
             fold_upsamplers(self.vae.decoder)
+        self.ref_head = (ReferenceHead(config.reference_head_channels, config.latent_channels)
+                         if config.reference_head_channels else None)
+
+    def set_reference_head(self, channels: int) -> None:
+        """Give the autoencoder a fresh (zero-output) reference head of this width; 0 removes it."""
+        self.config.reference_head_channels = int(channels)
+        dev = self.vae.encoder.conv_in.weight.device
+        self.ref_head = (ReferenceHead(int(channels), self.config.latent_channels).to(dev) if channels else None)
 
     def set_decoder_depth(self, layers_per_block: int | None) -> None:
         """Give the config a new ``decoder_layers_per_block`` and rebuild the decoder to match (fresh weights)."""
@@ -170,15 +228,37 @@ class ViewAutoencoder(nn.Module):
         z = self.encode_unit(x)  # (N, C, h, w)
         return z.reshape(*lead, *z.shape[1:])
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+    def refine(self, x: torch.Tensor, z: torch.Tensor, reference: torch.Tensor,
+               reference_latents: torch.Tensor) -> torch.Tensor:
+        """Apply the reference head to decoded views ``x`` (N, 3, H, W) of latents ``z`` (N, C, h, w), with
+        the uint8 reference views (N, H, W, 3) and their raw latents (N, C, h, w); N = frames x views."""
+        if reference.dtype != torch.uint8 or tuple(reference.shape) != (x.shape[0], *x.shape[2:], 3):
+            raise ValueError(f"reference must be uint8 views {(x.shape[0], *x.shape[2:], 3)} (one per decoded view), "
+                             f"got {reference.dtype} {tuple(reference.shape)}")
+        if tuple(reference_latents.shape) != tuple(z.shape):
+            raise ValueError(f"reference_latents must be {tuple(z.shape)} like the latents, "
+                             f"got {tuple(reference_latents.shape)}")
+        ref = uint8_to_unit(reference.to(x.device))
+        return self.ref_head(x, ref.to(x.dtype), z, reference_latents.to(z))
+
+    def decode(self, latents: torch.Tensor, reference: torch.Tensor | None = None,
+               reference_latents: torch.Tensor | None = None) -> torch.Tensor:
         """latents (..., C, h, w) -> uint8 views (..., H, W, 3).
 
+        With a reference head and ``reference`` (uint8 (..., H, W, 3), the episode's first views, one per
+        decoded view) and ``reference_latents`` (their raw latents, shaped like ``latents``), the head
+        refines each view (:class:`ReferenceHead`); without them (or without a head) the decoder alone.
         The latents go in channels-last: oneDNN's convolutions then skip a layout conversion per layer,
         and the images come out pixel-major, which the final (H, W, 3) permute wants anyway.
         """
+        if (reference is None) != (reference_latents is None):
+            raise ValueError("pass both reference and reference_latents, or neither")
         lead = latents.shape[:-3]
         z = latents.reshape(-1, *latents.shape[-3:]).contiguous(memory_format=torch.channels_last)
         x = self.decode_unit(z)  # (N, 3, H, W)
+        if self.ref_head is not None and reference is not None:
+            x = self.refine(x, z, reference.reshape(-1, *reference.shape[-3:]),
+                            reference_latents.reshape(-1, *reference_latents.shape[-3:]))
         return unit_to_uint8(x).reshape(*lead, *x.shape[2:], 3)
 
     def loss(self, images: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
@@ -199,15 +279,25 @@ class ViewAutoencoder(nn.Module):
         metrics["kl"] = kl.detach()
         return loss, metrics
 
-    def decoder_loss(self, latents: torch.Tensor, images: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def decoder_loss(self, latents: torch.Tensor, images: torch.Tensor, reference: torch.Tensor | None = None,
+                     reference_latents: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """Loss of the decoder alone: decode latents (N, V, C, h, w) vs uint8 images (N, V, H, W, 3).
 
-        MSE + L1 (:meth:`loss` without the KL term, which only concerns the encoder); same metrics.
+        MSE + L1 (:meth:`loss` without the KL term, which only concerns the encoder); same metrics.  With a
+        reference head, ``reference`` (uint8 (N, V, H, W, 3), each pair's episode's first views) and
+        ``reference_latents`` (their raw latents (N, V, C, h, w)) go through it (:meth:`decode`).
         """
         self._check(images)
+        if (reference is None) != (reference_latents is None):
+            raise ValueError("pass both reference and reference_latents, or neither")
         n, v = images.shape[:2]
         x = uint8_to_unit(images.reshape(n * v, *images.shape[2:]))  # (N*V, 3, H, W)
-        return self._reconstruction_loss(self.decode_unit(latents.reshape(n * v, *latents.shape[2:])), x, v)
+        z = latents.reshape(n * v, *latents.shape[2:])
+        rec = self.decode_unit(z)
+        if self.ref_head is not None and reference is not None:
+            rec = self.refine(rec, z, reference.reshape(n * v, *reference.shape[2:]),
+                              reference_latents.reshape(n * v, *reference_latents.shape[2:]))
+        return self._reconstruction_loss(rec, x, v)
 
     @staticmethod
     def _reconstruction_loss(rec: torch.Tensor, x: torch.Tensor, v: int,

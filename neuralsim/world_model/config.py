@@ -69,6 +69,9 @@ class AutoencoderConfig:
     """GroupNorm groups (must divide every entry of ``block_out_channels``)."""
     kl_weight: float = 1e-6
     """Weight of the KL term when training the autoencoder."""
+    reference_head_channels: int = 0
+    """Width of the reference head (0: none).  The head refines each decoded view with the episode's first
+    (true) view, pixel for pixel: :class:`~neuralsim.world_model.autoencoder.ReferenceHead`."""
 
     def __post_init__(self) -> None:
         self.block_out_channels = tuple(int(c) for c in self.block_out_channels)
@@ -82,6 +85,9 @@ class AutoencoderConfig:
             self.decoder_layers_per_block = int(self.decoder_layers_per_block)
             if self.decoder_layers_per_block < 0:
                 raise ValueError(f"decoder_layers_per_block must be >= 0, got {self.decoder_layers_per_block}")
+        self.reference_head_channels = int(self.reference_head_channels)
+        if self.reference_head_channels < 0:
+            raise ValueError(f"reference_head_channels must be >= 0 (0: no head), got {self.reference_head_channels}")
         if self.image_size % self.downsample:
             raise ValueError(f"image_size={self.image_size} is not divisible by the downsampling {self.downsample}")
 
@@ -95,9 +101,10 @@ class AutoencoderConfig:
         return self.layers_per_block if self.decoder_layers_per_block is None else self.decoder_layers_per_block
 
     def encoder_fields(self) -> dict:
-        """Every field but the decoder's depth: equal for two autoencoders whose latents mean the same."""
+        """Every field but the decoder's: equal for two autoencoders whose latents mean the same."""
         d = dataclasses.asdict(self)
         d.pop("decoder_layers_per_block")
+        d.pop("reference_head_channels")
         return d
 
     @property

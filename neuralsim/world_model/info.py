@@ -26,7 +26,7 @@ from typing import Any
 
 _PARTS = (("autoencoder.vae.encoder", "autoencoder encoder"), ("autoencoder.vae.quant_conv", "autoencoder encoder"),
           ("autoencoder.vae.decoder", "autoencoder decoder"), ("autoencoder.vae.post_quant_conv", "autoencoder decoder"),
-          ("dit.", "DiT"), ("latent_", "latent stats"))
+          ("autoencoder.ref_head", "reference head"), ("dit.", "DiT"), ("latent_", "latent stats"))
 
 
 def count_key(stage: str, objective: str) -> str:
@@ -104,7 +104,8 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
         "architecture": {
             "image_size": ae.image_size, "views": dit.num_views, "latent": [ae.latent_size, ae.latent_size,
                                                                             ae.latent_channels],
-            "decoder_layers_per_block": ae.decoder_depth, "dit_depth": dit.depth, "dit_dim": dit.dim,
+            "decoder_layers_per_block": ae.decoder_depth, "reference_head_channels": ae.reference_head_channels,
+            "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
             "wrist_rays": dit.wrist_rays,
         },
@@ -133,7 +134,9 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         "  parameters: " + ", ".join(f"{k} {_count(v)}" for k, v in p.items() if k != "total")
         + f"; total {_count(p['total'])}",
         f"  views: {a['views']} x {a['image_size']}x{a['image_size']} -> latents "
-        f"{'x'.join(str(x) for x in a['latent'])}; decoder {a['decoder_layers_per_block']} layer(s) per block",
+        f"{'x'.join(str(x) for x in a['latent'])}; decoder {a['decoder_layers_per_block']} layer(s) per block"
+        + (f" + a reference head {a['reference_head_channels']} wide (refines views against the episode's first)"
+           if a.get("reference_head_channels") else ""),
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
         f"pose conditioning {a['cond_dim']}-d" + (" + wrist camera rays" if a["wrist_rays"] else ""),
         f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
@@ -154,7 +157,8 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
             run = st["steps_run"]
             mark = {"derived": "*", "unknown": "?"}.get(st["steps_run_source"], "")
             objective = str(st.get("objective", "")) + (f" + rollouts {st['rollout_share']:g}"
-                                                         if st.get("rollout_share") else "")
+                                                         if st.get("rollout_share") else "") \
+                + (f", reference head {st['reference_head']}" if st.get("reference_head") else "")
             rows.append((str(i), str(st.get("stage", "")), objective, str(st.get("data", "")),
                          str(st.get("batch_size", "")), f"{st['lr']:g}" if "lr" in st else "",
                          f"{st['steps']:,}" if "steps" in st else "",

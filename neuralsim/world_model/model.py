@@ -48,7 +48,7 @@ FORMAT_TAG = "neuralsim.world_model"
 
 
 #: State-dict prefixes of the decoding half of the autoencoder (what ``neuralsim train --stage decoder`` trains).
-DECODER_PREFIXES = ("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")
+DECODER_PREFIXES = ("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.", "autoencoder.ref_head.")
 
 
 _UP_RESNET = re.compile(r"autoencoder\.vae\.decoder\.up_blocks\.\d+\.resnets\.(\d+)\.(\w+)\.")
@@ -77,10 +77,24 @@ class WorldModelState:
     pending: torch.Tensor
     pending_cond: torch.Tensor
     has_pending: torch.Tensor
+    reference_views: torch.Tensor | None = None
+    """uint8 (B, V, H, W, 3): each row's reset views, what a reference head refines against (None: no head)."""
+    reference_latents: torch.Tensor | None = None
+    """(B, V, C, h, w): their normalised latents."""
 
     @property
     def batch_size(self) -> int:
         return self.cache.batch_size
+
+    def reference(self, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(views, normalised latents) of ``rows``' reset frames (all rows if None), for
+        :meth:`WorldModel.decode`; None when the model has no reference head."""
+        if self.reference_views is None:
+            return None
+        if rows is None:
+            return self.reference_views, self.reference_latents
+        rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
+        return self.reference_views[rows.to(self.reference_views.device)], self.reference_latents[rows.to(self.reference_latents.device)]
 
 
 class WorldModel(nn.Module):
@@ -123,9 +137,18 @@ class WorldModel(nn.Module):
         return self.normalise(self.autoencoder.encode(views.to(self.device)))
 
     @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """normalised latents (..., V, C, h, w) -> uint8 views (..., V, H, W, 3)."""
-        return self.autoencoder.decode(self.denormalise(latents))
+    def decode(self, latents: torch.Tensor, reference: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """normalised latents (..., V, C, h, w) -> uint8 views (..., V, H, W, 3).
+
+        ``reference``: the episode's first frame as (uint8 views (..., V, H, W, 3), normalised latents
+        (..., V, C, h, w)), one per decoded frame (:meth:`WorldModelState.reference` gives a state's).  A
+        model with a reference head refines its views with it (``AutoencoderConfig.reference_head_channels``);
+        without a reference, or without a head, the decoder alone.
+        """
+        if reference is None or self.autoencoder.ref_head is None:
+            return self.autoencoder.decode(self.denormalise(latents))
+        views, ref_latents = reference
+        return self.autoencoder.decode(self.denormalise(latents), views, self.denormalise(ref_latents))
 
     # ------------------------------------------------------------------ inference
     def new_state(self, batch_size: int, window: int | None = None, num_sink: int | None = None,
@@ -138,9 +161,15 @@ class WorldModel(nn.Module):
         cache = KVCache(cfg.depth, batch_size, window, num_sink, cfg.tokens_per_frame, cfg.num_heads, cfg.head_dim,
                         device=device, dtype=dtype)
         frame = (cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size)
+        ref_views = ref_latents = None
+        if self.autoencoder.ref_head is not None:
+            s = self.config.autoencoder.image_size
+            ref_views = torch.zeros(batch_size, cfg.num_views, s, s, 3, dtype=torch.uint8, device=device)
+            ref_latents = torch.zeros(batch_size, *frame, device=device)
         return WorldModelState(cache=cache, pending=torch.zeros(batch_size, *frame, device=device),
                                pending_cond=torch.zeros(batch_size, cfg.cond_dim, device=device),
-                               has_pending=torch.zeros(batch_size, dtype=torch.bool))
+                               has_pending=torch.zeros(batch_size, dtype=torch.bool),
+                               reference_views=ref_views, reference_latents=ref_latents)
 
     def _cond(self, cond: torch.Tensor, rows: int) -> torch.Tensor:
         cond = torch.as_tensor(cond, dtype=torch.float32, device=self.device)
@@ -166,12 +195,15 @@ class WorldModel(nn.Module):
         if first_views.dtype != torch.uint8 or first_views.shape[0] != rows.numel():
             raise ValueError(f"first_views must be uint8 ({rows.numel()}, V, H, W, 3), got {first_views.dtype} "
                              f"{tuple(first_views.shape)}")
-        self.reset_latents(state, rows, self.encode(first_views), cond)
+        self.reset_latents(state, rows, self.encode(first_views), cond, views=first_views)
 
     @torch.inference_mode()
-    def reset_latents(self, state: WorldModelState, env_ids, latents: torch.Tensor, cond: torch.Tensor) -> None:
+    def reset_latents(self, state: WorldModelState, env_ids, latents: torch.Tensor, cond: torch.Tensor,
+                      views: torch.Tensor | None = None) -> None:
         """:meth:`reset` from frame 0's normalised latents (b, V, C, h, w) instead of its views (e.g. latents
-        already encoded into a :class:`~neuralsim.world_model.latents.LatentStore`)."""
+        already encoded into a :class:`~neuralsim.world_model.latents.LatentStore`).  ``views``: frame 0's
+        uint8 views, the reference of a model with a reference head (None: the latents decoded, a blurrier
+        reference)."""
         rows = torch.arange(state.batch_size) if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long)
         rows = rows.reshape(-1)
         cfg = self.config.dit
@@ -183,6 +215,12 @@ class WorldModel(nn.Module):
         state.pending[rows.to(state.pending.device)] = latents.to(state.pending.device, state.pending.dtype)
         state.pending_cond[rows.to(state.pending.device)] = cond
         state.has_pending[rows] = True
+        if state.reference_views is not None:
+            if views is None:
+                views = self.decode(latents)
+            rd = rows.to(state.reference_views.device)
+            state.reference_views[rd] = torch.as_tensor(views).to(state.reference_views.device)
+            state.reference_latents[rd] = latents.to(state.reference_latents.device, state.reference_latents.dtype)
 
     @torch.inference_mode()
     def step_latents(self, state: WorldModelState, cond: torch.Tensor,
@@ -226,7 +264,7 @@ class WorldModel(nn.Module):
     @torch.inference_mode()
     def step(self, state: WorldModelState, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Generate the next time step of every row: uint8 views (B, V, H, W, 3)."""
-        return self.decode(self.step_latents(state, cond, generator))
+        return self.decode(self.step_latents(state, cond, generator), state.reference())
 
     # ------------------------------------------------------------------ parts
     @torch.no_grad()
@@ -251,6 +289,8 @@ class WorldModel(nn.Module):
                                   "would not understand this model's latents")
         if donor.config.autoencoder.decoder_depth != self.config.autoencoder.decoder_depth:
             self.autoencoder.set_decoder_depth(donor.config.autoencoder.decoder_layers_per_block)
+        if donor.config.autoencoder.reference_head_channels != self.config.autoencoder.reference_head_channels:
+            self.autoencoder.set_reference_head(donor.config.autoencoder.reference_head_channels)
         own = self.state_dict()
         for name, t in donor.state_dict().items():
             if name.startswith(DECODER_PREFIXES):

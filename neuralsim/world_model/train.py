@@ -145,6 +145,10 @@ class TrainConfig:
     """Decoder stage: the share of training pairs whose latent is the model's own open-loop prediction of the
     frame (:class:`~neuralsim.world_model.rollouts.RolloutLatents`, made once per model and dataset) instead of
     the encoded frame.  0: encoded frames only, as before."""
+    reference_head: int = 0
+    """Decoder stage: give the model a fresh reference head this wide (``AutoencoderConfig.reference_head_channels``)
+    and train only the head, the decoder frozen (0: train the decoder, and a head the model already has).
+    Every decoder-stage pair then also carries its episode's first frame, the head's reference."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -218,6 +222,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage decoder: this share of the training pairs decode the model's own open-loop "
                              "latents of the frame (rolled out once per model and dataset, cached under "
                              "<data>/.rollout_cache) instead of the encoded frame (default 0)")
+    parser.add_argument("--reference-head", dest="reference_head", type=int, default=d.reference_head,
+                        help="--stage decoder: add a fresh reference head this many channels wide (it refines each "
+                             "decoded view with the episode's first, true view) and train only it (default 0: none)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -469,6 +476,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.rollout_share and cfg.stage != "decoder":
         raise ValueError(f"--rollout-share trains the decoder on the DiT's rollouts; it needs --stage decoder "
                          f"(got {cfg.stage!r})")
+    if cfg.reference_head < 0:
+        raise ValueError(f"--reference-head is a width in channels (0: none), got {cfg.reference_head}")
+    if cfg.reference_head and (cfg.stage != "decoder" or not cfg.init_from):
+        raise ValueError("--reference-head adds a head to the decoder of a trained model; it needs --stage decoder "
+                         f"and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
@@ -526,6 +538,10 @@ def train(cfg: TrainConfig) -> dict:
         if depth is not None and depth != model.config.autoencoder.decoder_depth:
             model = model.with_decoder_layers(depth)
             log.info("decoder rebuilt with %d layers per block (%d ResNets per level)", depth, depth + 1)
+        if cfg.reference_head:
+            torch.manual_seed(cfg.seed)
+            model.autoencoder.set_reference_head(cfg.reference_head)
+            log.info("a fresh reference head, %d channels wide; only it trains", cfg.reference_head)
         if cfg.wrist_rays and not model.config.dit.wrist_rays:
             torch.manual_seed(cfg.seed)
             model = model.with_wrist_rays()
@@ -545,7 +561,9 @@ def train(cfg: TrainConfig) -> dict:
     wm_cfg = model.config
     recipe = dict(wm_cfg.recipe)
     trainable = {"autoencoder": {"autoencoder.": model.autoencoder},
-                 "decoder": {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in DECODER_PREFIXES},
+                 "decoder": ({"autoencoder.ref_head.": model.autoencoder.ref_head} if cfg.reference_head else
+                             {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in DECODER_PREFIXES
+                              if prefix != "autoencoder.ref_head." or model.autoencoder.ref_head is not None}),
                  "dit": {"dit.": model.dit}}[cfg.stage]
     model.requires_grad_(False).eval()
     for module in trainable.values():
@@ -567,6 +585,9 @@ def train(cfg: TrainConfig) -> dict:
         if trainer["train_config"]["stage"] != cfg.stage or trainer["train_config"]["objective"] != cfg.objective:
             raise ValueError(f"{out} holds a {trainer['train_config']['stage']}/{trainer['train_config']['objective']} "
                              f"run; refusing to resume it as {cfg.stage}/{cfg.objective} (use another --out)")
+        if trainer["train_config"].get("reference_head", 0) != cfg.reference_head:
+            raise ValueError(f"{out} holds a run with --reference-head {trainer['train_config'].get('reference_head', 0)}; "
+                             f"refusing to resume it with {cfg.reference_head} (use the same, or another --out)")
         if trainer["train_config"].get("rollout_share", 0.0) != cfg.rollout_share:
             raise ValueError(f"{out} holds a run with --rollout-share {trainer['train_config'].get('rollout_share', 0.0)}; "
                              f"refusing to resume it with {cfg.rollout_share} (use the same, or another --out)")
@@ -633,7 +654,8 @@ def train(cfg: TrainConfig) -> dict:
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
             **({"wrist_rays": True} if cfg.wrist_rays else {}),
             **({"rollout_share": cfg.rollout_share, "rollout_seed": cfg.seed, "rollout_window": wm_cfg.window}
-               if cfg.rollout_share else {})}]
+               if cfg.rollout_share else {}),
+            **({"reference_head": cfg.reference_head} if cfg.reference_head else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
@@ -687,7 +709,11 @@ def train(cfg: TrainConfig) -> dict:
             elif cfg.stage == "decoder":
                 latents, images = decoder_batch(memo, dataset, idx, image_size, cfg.frames_per_clip, gen, device,
                                                 rollouts, cfg.rollout_share)
-                loss, metrics = run_module(latents, images)
+                if model.autoencoder.ref_head is not None:
+                    loss, metrics = run_module(latents, images, *decoder_references(model, dataset, idx, cfg.frames_per_clip,
+                                                                                   image_size, device))
+                else:
+                    loss, metrics = run_module(latents, images)
             else:
                 z, cond = memo.get(idx, device)
                 x = model.normalise(z)
@@ -873,6 +899,31 @@ def decoder_batch(memo, dataset, idx: list[int], image_size: int, frames_per_cli
         use = (torch.rand(b, frames_per_clip, generator=gen) < rollout_share).to(z.device)
         picked = torch.where(use[..., None, None, None, None], generated, picked)
     return picked.flatten(0, 1).float(), frames[rows, fi].flatten(0, 1).to(device)
+
+
+def decoder_references(model, dataset, idx: list[int], frames_per_clip: int, image_size: int, device):
+    """The reference head's inputs for :func:`decoder_batch`'s pairs: the first frame of each clip's episode
+    (uint8 (N, V, H, W, 3), N = len(idx) * frames_per_clip, clip-major like the pairs) and its raw latents,
+    encoded now by the frozen encoder as the env's reset encodes them."""
+    import numpy as np
+    import torch
+
+    first = []
+    for i in idx:
+        part, local = dataset.locate(int(i)) if hasattr(dataset, "locate") else (None, int(i))
+        ds = dataset.parts[part] if part is not None else dataset
+        if not hasattr(ds, "windows"):
+            raise ValueError("the reference head trains on episodes (a dataset root), not on synthetic clips")
+        pos, _ = ds.windows[local]
+        frame0 = np.asarray(ds.episode(pos).frames[0])
+        if frame0.shape[-3:] != (image_size, image_size, 3):
+            raise ValueError(f"episode frames are {frame0.shape[-3:]}, the model wants ({image_size}, {image_size}, 3)")
+        first.append(torch.from_numpy(np.array(frame0)))
+    views = torch.stack(first).to(device)  # (B, V, H, W, 3)
+    with torch.no_grad():
+        latents = model.autoencoder.encode(views)  # (B, V, C, h, w) raw
+    rep = lambda t: t.repeat_interleave(frames_per_clip, dim=0)  # noqa: E731  (N, ...), clip-major
+    return rep(views), rep(latents)
 
 
 def rollout_latents(model, memo, dataset, cfg: TrainConfig, progress: bool):

@@ -204,6 +204,11 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert set(held["targets_met"]) == set(F.TARGETS) and "targets_met" not in entry["splits"]["ood"]
     ceiling = held["autoencoder_ceiling"]
     assert set(ceiling) == {"psnr", "ssim", "sharpness"} and ceiling["ssim"]["in_horizon"]["frames"] == 2 * 6
+    # the no-skill floor: frame 0 held still, scored like a generated video
+    eps = F.load_split(splits["heldout"], 16, max_episodes=2)
+    held_still = F.frame_metrics([np.repeat(e.frames[:1], len(e), 0) for e in eps], [e.frames for e in eps], F.Windows(6))
+    assert held["hold_first_frame"]["psnr"]["in_horizon"] == held_still["psnr"]["in_horizon"]
+    assert held["hold_first_frame"]["ssim"]["beyond"]["mean"] < 1.0
     # per task family and outcome: the group's episode means, which the per-episode scores give back
     groups = held["by_group"]
     records = list_episodes(splits["heldout"])[:2]
@@ -216,6 +221,7 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert 0.0 <= groups[family]["share_below_5cm"] <= 1.0
     table = F.format_table(report)
     assert entry["label"] in table and "heldout" in table and "ood" in table and "autoencoder ceiling" in table
+    assert "frame 0 held still" in table
     assert f"{family} " in table and "episode means" in table
 
 

@@ -501,3 +501,56 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
         fi = torch.randint(6, (2, 3), generator=torch.Generator().manual_seed(5))
         want = source.get(idx, "cpu")[0][torch.arange(2)[:, None], fi].flatten(0, 1)
         assert torch.equal(z, want) and frames.shape[0] == 6
+
+
+def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(dataset, tmp_path):
+    """``--reference-head W``: a fresh head joins the model and only it trains, each pair carrying its
+    episode's first frame; the recipe and config say so; misuse and a resume with another width are refused."""
+    import shutil
+
+    import torch
+
+    from neuralsim.world_model.model import WorldModel
+    from neuralsim.world_model.train import TrainConfig, decoder_references, train
+
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root)
+    base = tmp_path / "base"
+    _tiny_rolling_model().save_pretrained(base)
+
+    def cfg(out, **kw):
+        return TrainConfig(**{**dict(stage="decoder", data=str(root), out=str(out), init_from=str(base), steps=4,
+                                     batch_size=2, log_every=1, checkpoint_every=2, sample_every=-1, progress=False,
+                                     warmup=1, lr=3e-3, reference_head=8), **kw})
+
+    for bad, match in ((dict(reference_head=-1), "width in channels"), (dict(init_from=None), "needs --stage decoder"),
+                       (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
+                       (dict(data="synthetic:4"), "trains on episodes")):
+        with pytest.raises(ValueError, match=match):
+            train(cfg(tmp_path / "bad", **bad))
+    out = tmp_path / "dec"
+    train(cfg(out, steps=2))
+    with pytest.raises(ValueError, match="reference-head 8"):
+        train(cfg(out, reference_head=16))
+    train(cfg(out))  # resumes
+    a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(out / "model")
+    assert b.config.autoencoder.reference_head_channels == 8 and b.config.recipe["stages"][-1]["reference_head"] == 8
+    shared = a.state_dict()
+    assert all(torch.equal(t, shared[k]) for k, t in b.state_dict().items() if k in shared)  # decoder frozen too
+    fresh = WorldModel.from_pretrained(base)
+    torch.manual_seed(0)
+    fresh.autoencoder.set_reference_head(8)
+    head = {k: t for k, t in b.state_dict().items() if k.startswith("autoencoder.ref_head.")}
+    assert head and any(not torch.equal(t, fresh.state_dict()[k]) for k, t in head.items())
+
+    # the references: each pair's episode's frame 0 (clip-major), and its latents as the env's reset encodes them
+    ds = ClipDataset(root, clip_length=6, image_size=16)
+    idx = [0, len(ds) - 1]
+    views, lat = decoder_references(a, ds, idx, 3, 16, "cpu")
+    assert views.shape == (6, 3, 16, 16, 3) and lat.shape[:2] == (6, 3)
+    for j, i in enumerate(idx):
+        pos, _ = ds.windows[i]
+        first = torch.from_numpy(np.array(ds.episode(pos).frames[0]))
+        assert all(torch.equal(views[3 * j + k], first) for k in range(3))
+        torch.testing.assert_close(lat[3 * j], a.autoencoder.encode(first))
+    assert ds.windows[idx[0]][0] != ds.windows[idx[1]][0]  # two episodes, two references

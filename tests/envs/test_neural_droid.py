@@ -67,6 +67,36 @@ def test_check_env_passes_without_unexpected_warnings(tiny_checkpoint):
     assert [str(w.message) for w in caught] == []
 
 
+def test_a_reference_head_decodes_each_row_against_its_own_reset_views(tiny_checkpoint, tmp_path):
+    """With the head's gate wide open (and no correction) every generated view is its row's reset view: the
+    env hands each row's own first frame to the decoder, also after one row alone is reset."""
+    import torch
+
+    from neuralsim.world_model.model import WorldModel
+
+    wm = WorldModel.from_pretrained(tiny_checkpoint)
+    wm.autoencoder.set_reference_head(4)
+    with torch.no_grad():
+        wm.autoencoder.ref_head.out.bias[0] = 30.0  # gate = 1, weights zero: out = reference
+    ckpt = wm.save_pretrained(tmp_path / "head")
+    check_env(gym.make("NeuralDROID-v0", checkpoint=str(ckpt), reward_fn=None).unwrapped)
+    venv = NeuralDROIDVectorEnv(num_envs=2, checkpoint=str(ckpt), reward_fn=None)
+    obs, info = venv.reset(seed=5, options={"episode": ["stack_1000002", "put_in_bowl_1000000"]})
+    first = {v: obs[v].copy() for v in VIEW_NAMES}
+    assert not np.array_equal(first[VIEW_NAMES[0]][0], first[VIEW_NAMES[0]][1])
+    for a in actions(2, batch=(2,)):
+        obs = venv.step(a)[0]
+        for v in VIEW_NAMES:
+            np.testing.assert_array_equal(obs[v], first[v])
+    obs, _ = venv.reset(seed=6, options={"episode": ["put_in_bowl_1000000"] * 2, "reset_mask": np.array([True, False])})
+    np.testing.assert_array_equal(obs[VIEW_NAMES[0]][0], first[VIEW_NAMES[0]][1])  # row 0 now starts as row 1 did
+    obs = venv.step(actions(1, batch=(2,))[0])[0]
+    for v in VIEW_NAMES:
+        np.testing.assert_array_equal(obs[v][0], first[v][1])
+        np.testing.assert_array_equal(obs[v][1], first[v][1])
+    venv.close()
+
+
 def test_spaces_match_simdroid(tiny_checkpoint):
     from neuralsim.envs.sim_droid import SimDROIDEnv
 
