@@ -107,6 +107,11 @@ def fold_upsamplers(decoder: nn.Module) -> nn.Module:
     return decoder
 
 
+#: A pixel "changed" from the reference when a channel differs by more than this ([-1, 1] units: 0.1 = 12.75
+#: grey levels), for :meth:`ViewAutoencoder.decoder_loss`'s ``change_weight``.
+CHANGED_PIXEL = 0.1
+
+
 class ReferenceHead(nn.Module):
     """Refines decoded views with the episode's first, true view: ``out = dec + g * (ref - dec) + r``.
 
@@ -280,31 +285,46 @@ class ViewAutoencoder(nn.Module):
         return loss, metrics
 
     def decoder_loss(self, latents: torch.Tensor, images: torch.Tensor, reference: torch.Tensor | None = None,
-                     reference_latents: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+                     reference_latents: torch.Tensor | None = None,
+                     change_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
         """Loss of the decoder alone: decode latents (N, V, C, h, w) vs uint8 images (N, V, H, W, 3).
 
         MSE + L1 (:meth:`loss` without the KL term, which only concerns the encoder); same metrics.  With a
         reference head, ``reference`` (uint8 (N, V, H, W, 3), each pair's episode's first views) and
-        ``reference_latents`` (their raw latents (N, V, C, h, w)) go through it (:meth:`decode`).
+        ``reference_latents`` (their raw latents (N, V, C, h, w)) go through it (:meth:`decode`), and
+        ``change_weight`` = w > 0 weighs each pixel that differs from the reference by more than
+        :data:`CHANGED_PIXEL` by 1 + w instead of 1 (normalised to a mean weight of 1): what moved, a
+        cube a few pixels wide included, must not be painted where it stood in the first frame.
         """
         self._check(images)
         if (reference is None) != (reference_latents is None):
             raise ValueError("pass both reference and reference_latents, or neither")
+        if change_weight < 0 or (change_weight and reference is None):
+            raise ValueError(f"change_weight must be >= 0 and needs a reference, got {change_weight}")
         n, v = images.shape[:2]
         x = uint8_to_unit(images.reshape(n * v, *images.shape[2:]))  # (N*V, 3, H, W)
         z = latents.reshape(n * v, *latents.shape[2:])
         rec = self.decode_unit(z)
+        weight = None
         if self.ref_head is not None and reference is not None:
-            rec = self.refine(rec, z, reference.reshape(n * v, *reference.shape[2:]),
-                              reference_latents.reshape(n * v, *reference_latents.shape[2:]))
-        return self._reconstruction_loss(rec, x, v)
+            ref = reference.reshape(n * v, *reference.shape[2:])
+            rec = self.refine(rec, z, ref, reference_latents.reshape(n * v, *reference_latents.shape[2:]))
+            if change_weight:
+                changed = (x - uint8_to_unit(ref.to(x.device))).abs().amax(1, keepdim=True) > CHANGED_PIXEL
+                weight = 1.0 + change_weight * changed.float()  # (N*V, 1, H, W)
+                weight = weight / weight.mean()
+        return self._reconstruction_loss(rec, x, v, weight=weight)
 
     @staticmethod
-    def _reconstruction_loss(rec: torch.Tensor, x: torch.Tensor, v: int,
-                             extra: torch.Tensor | float = 0.0) -> tuple[torch.Tensor, dict]:
-        """MSE + L1 (+ ``extra``) of reconstructions ``rec`` vs ``x`` (N*V, 3, H, W); PSNR per view."""
-        mse = (rec - x).pow(2).mean()
-        l1 = (rec - x).abs().mean()
+    def _reconstruction_loss(rec: torch.Tensor, x: torch.Tensor, v: int, extra: torch.Tensor | float = 0.0,
+                             weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+        """MSE + L1 (+ ``extra``) of reconstructions ``rec`` vs ``x`` (N*V, 3, H, W), each pixel weighted by
+        ``weight`` (N*V, 1, H, W) if given; PSNR per view (unweighted)."""
+        err = rec - x
+        if weight is None:
+            mse, l1 = err.pow(2).mean(), err.abs().mean()
+        else:
+            mse, l1 = (weight * err.pow(2)).mean(), (weight * err.abs()).mean()
         loss = mse + l1 + extra
         with torch.no_grad():
             per_view = (-1, v, *x.shape[1:])

@@ -149,6 +149,10 @@ class TrainConfig:
     """Decoder stage: give the model a fresh reference head this wide (``AutoencoderConfig.reference_head_channels``)
     and train only the head, the decoder frozen (0: train the decoder, and a head the model already has).
     Every decoder-stage pair then also carries its episode's first frame, the head's reference."""
+    change_weight: float = 0.0
+    """Decoder stage with a reference head: pixels that differ from the episode's first frame weigh 1 + this in
+    the loss instead of 1 (``ViewAutoencoder.decoder_loss``), so the head learns not to paint what moved where
+    it stood.  0: every pixel alike."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -225,6 +229,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference-head", dest="reference_head", type=int, default=d.reference_head,
                         help="--stage decoder: add a fresh reference head this many channels wide (it refines each "
                              "decoded view with the episode's first, true view) and train only it (default 0: none)")
+    parser.add_argument("--change-weight", dest="change_weight", type=float, default=d.change_weight,
+                        help="with a reference head: pixels that changed since the first frame weigh 1 + this in the "
+                             "loss (default 0), so the head does not paint moved objects where they stood")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -481,6 +488,10 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.reference_head and (cfg.stage != "decoder" or not cfg.init_from):
         raise ValueError("--reference-head adds a head to the decoder of a trained model; it needs --stage decoder "
                          f"and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if not (math.isfinite(cfg.change_weight) and cfg.change_weight >= 0):
+        raise ValueError(f"--change-weight must be >= 0, got {cfg.change_weight}")
+    if cfg.change_weight and cfg.stage != "decoder":
+        raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
@@ -558,6 +569,9 @@ def train(cfg: TrainConfig) -> dict:
         wm_config.dit = fresh_dit()
         model = WorldModel(wm_config)
     model.to(device)
+    if cfg.change_weight and model.autoencoder.ref_head is None:
+        raise ValueError("--change-weight weighs the reference head's loss, and this model has none; add one with "
+                         "--reference-head W")
     wm_cfg = model.config
     recipe = dict(wm_cfg.recipe)
     trainable = {"autoencoder": {"autoencoder.": model.autoencoder},
@@ -655,7 +669,8 @@ def train(cfg: TrainConfig) -> dict:
             **({"wrist_rays": True} if cfg.wrist_rays else {}),
             **({"rollout_share": cfg.rollout_share, "rollout_seed": cfg.seed, "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),
-            **({"reference_head": cfg.reference_head} if cfg.reference_head else {})}]
+            **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),
+            **({"change_weight": cfg.change_weight} if cfg.change_weight else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
@@ -711,7 +726,7 @@ def train(cfg: TrainConfig) -> dict:
                                                 rollouts, cfg.rollout_share)
                 if model.autoencoder.ref_head is not None:
                     loss, metrics = run_module(latents, images, *decoder_references(model, dataset, idx, cfg.frames_per_clip,
-                                                                                   image_size, device))
+                                                                                   image_size, device), cfg.change_weight)
                 else:
                     loss, metrics = run_module(latents, images)
             else:

@@ -525,16 +525,20 @@ def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(data
 
     for bad, match in ((dict(reference_head=-1), "width in channels"), (dict(init_from=None), "needs --stage decoder"),
                        (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
-                       (dict(data="synthetic:4"), "trains on episodes")):
+                       (dict(data="synthetic:4"), "trains on episodes"), (dict(change_weight=-1.0), "must be >= 0"),
+                       (dict(reference_head=0, change_weight=5.0), "has none"),
+                       (dict(stage="dit", objective="step_forcing", reference_head=0, change_weight=5.0),
+                        "needs --stage decoder")):
         with pytest.raises(ValueError, match=match):
             train(cfg(tmp_path / "bad", **bad))
     out = tmp_path / "dec"
-    train(cfg(out, steps=2))
+    train(cfg(out, steps=2, change_weight=4.0))
     with pytest.raises(ValueError, match="reference-head 8"):
         train(cfg(out, reference_head=16))
-    train(cfg(out))  # resumes
+    train(cfg(out, change_weight=4.0))  # resumes
     a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(out / "model")
     assert b.config.autoencoder.reference_head_channels == 8 and b.config.recipe["stages"][-1]["reference_head"] == 8
+    assert b.config.recipe["stages"][-1]["change_weight"] == 4.0
     shared = a.state_dict()
     assert all(torch.equal(t, shared[k]) for k, t in b.state_dict().items() if k in shared)  # decoder frozen too
     fresh = WorldModel.from_pretrained(base)

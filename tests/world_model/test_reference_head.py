@@ -164,3 +164,29 @@ def test_decoder_loss_trains_the_head_towards_the_reference():
     assert np.mean(losses[-5:]) < 0.5 * losses[0]
     moved = {k for k, v in ae.state_dict().items() if not torch.equal(v, before[k])}
     assert moved and all(k.startswith("ref_head.") for k in moved)
+
+
+@torch.no_grad()
+def test_change_weight_makes_painting_a_moved_object_where_it_stood_cost_more():
+    """A head that copies the reference everywhere errs only where the frame changed; weighing the changed
+    pixels by 1 + w raises its loss, and a decoder that errs only on still pixels is charged less."""
+    wm = _with_head()
+    _set_gate(wm.autoencoder.ref_head, 30.0)  # out = reference
+    ae = wm.autoencoder
+    size = wm.config.autoencoder.image_size
+    first = _views(2, size, seed=5)
+    frame = first.clone()
+    frame[:, :, 2:5, 2:5] = 255 - frame[:, :, 2:5, 2:5]  # a small object moved away
+    z, zr = ae.encode(frame), ae.encode(first)
+    plain, _ = ae.decoder_loss(z, frame, first, zr)
+    weighted, metrics = ae.decoder_loss(z, frame, first, zr, change_weight=10.0)
+    assert float(weighted) > 3 * float(plain)
+    assert metrics["psnr_view0"] == pytest.approx(float(ae.decoder_loss(z, frame, first, zr)[1]["psnr_view0"]))
+    # the same frame as its own reference: nothing changed, so the weights are all 1 and the loss is the plain one
+    same_plain, _ = ae.decoder_loss(z, frame, frame, z)
+    same_weighted, _ = ae.decoder_loss(z, frame, frame, z, change_weight=10.0)
+    assert float(same_weighted) == pytest.approx(float(same_plain))
+    with pytest.raises(ValueError, match="change_weight must be >= 0"):
+        ae.decoder_loss(z, frame, first, zr, change_weight=-1.0)
+    with pytest.raises(ValueError, match="needs a reference"):
+        ae.decoder_loss(z, frame, change_weight=1.0)
