@@ -146,8 +146,9 @@ class TrainConfig:
     frame (:class:`~neuralsim.world_model.rollouts.RolloutLatents`, made once per model and dataset) instead of
     the encoded frame.  0: encoded frames only, as before."""
     reference_head: int = 0
-    """Decoder stage: give the model a fresh reference head this wide (``AutoencoderConfig.reference_head_channels``)
-    and train only the head, the decoder frozen (0: train the decoder, and a head the model already has).
+    """Decoder stage: train only the reference head (``AutoencoderConfig.reference_head_channels``), the decoder
+    frozen; a model without one first gets a fresh head this wide (one with a head of another width is refused).
+    0: train the decoder, and a head the model already has.
     Every decoder-stage pair then also carries its episode's first frame, the head's reference."""
     change_weight: float = 0.0
     """Decoder stage with a reference head: pixels that differ from the episode's first frame weigh 1 + this in
@@ -227,8 +228,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "latents of the frame (rolled out once per model and dataset, cached under "
                              "<data>/.rollout_cache) instead of the encoded frame (default 0)")
     parser.add_argument("--reference-head", dest="reference_head", type=int, default=d.reference_head,
-                        help="--stage decoder: add a fresh reference head this many channels wide (it refines each "
-                             "decoded view with the episode's first, true view) and train only it (default 0: none)")
+                        help="--stage decoder: train only the reference head (it refines each decoded view with the "
+                             "episode's first, true view), adding a fresh one this many channels wide to a model "
+                             "without one (default 0: none)")
     parser.add_argument("--change-weight", dest="change_weight", type=float, default=d.change_weight,
                         help="with a reference head: pixels that changed since the first frame weigh 1 + this in the "
                              "loss (default 0), so the head does not paint moved objects where they stood")
@@ -549,7 +551,13 @@ def train(cfg: TrainConfig) -> dict:
         if depth is not None and depth != model.config.autoencoder.decoder_depth:
             model = model.with_decoder_layers(depth)
             log.info("decoder rebuilt with %d layers per block (%d ResNets per level)", depth, depth + 1)
-        if cfg.reference_head:
+        has = model.config.autoencoder.reference_head_channels
+        if cfg.reference_head and has and has != cfg.reference_head:
+            raise ValueError(f"{cfg.init_from} already has a reference head {has} wide; --reference-head {cfg.reference_head} "
+                             f"would need a fresh one (train it from a model without a head, or pass {has})")
+        if cfg.reference_head and has:
+            log.info("training the model's own reference head (%d channels wide); only it trains", has)
+        elif cfg.reference_head:
             torch.manual_seed(cfg.seed)
             model.autoencoder.set_reference_head(cfg.reference_head)
             log.info("a fresh reference head, %d channels wide; only it trains", cfg.reference_head)

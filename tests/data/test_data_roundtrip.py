@@ -547,6 +547,14 @@ def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(data
     head = {k: t for k, t in b.state_dict().items() if k.startswith("autoencoder.ref_head.")}
     assert head and any(not torch.equal(t, fresh.state_dict()[k]) for k, t in head.items())
 
+    # a model that has a head: --reference-head of its width trains that head on, another width is refused
+    with pytest.raises(ValueError, match="already has a reference head 8 wide"):
+        train(cfg(tmp_path / "other", init_from=str(out / "model"), reference_head=16))
+    more = tmp_path / "more"
+    train(cfg(more, init_from=str(out / "model"), steps=1, lr=1e-12, warmup=1))
+    c = WorldModel.from_pretrained(more / "model")
+    assert all(torch.allclose(t, c.state_dict()[k], atol=1e-6) for k, t in head.items())  # started from b's head
+
     # the references: each pair's episode's frame 0 (clip-major), and its latents as the env's reset encodes them
     ds = ClipDataset(root, clip_length=6, image_size=16)
     idx = [0, len(ds) - 1]
