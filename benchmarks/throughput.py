@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 
-def _recompute_step(wm, history, hist_cond, cond, generator, window):
+def _recompute_step(wm, history, hist_cond, cond, generator, window, reference=None):
     """One time step without a cache: every pass reruns the DiT over the last ``window`` frames."""
     import torch
 
@@ -49,7 +49,7 @@ def _recompute_step(wm, history, hist_cond, cond, generator, window):
         t[:, -1] = ts[k]
         v = wm.dit(seq, t, torch.cat([hc, cond[:, None]], 1))[:, -1]
         x = euler_step(x, v, ts[k], ts[k - 1])
-    return x, wm.decode(x)
+    return x, wm.decode(x, reference)  # reference: the reset frame, for a model with a reference head
 
 
 def cpu_times(stat_path: str = "/proc/stat") -> tuple[int, int] | None:
@@ -109,7 +109,7 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0, repeats: int
     with torch.inference_mode():
         for _ in range(warm):
             frames.append(wm.step_latents(state, cond, g))
-            wm.decode(frames[-1])
+            wm.decode(frames[-1], state.reference())
     per_step, blocks, steal = _median_time(lambda: wm.step(state, cond, g), steps, repeats)
 
     with torch.inference_mode():  # recompute from the same full window the cached run had
@@ -117,7 +117,7 @@ def measure(wm, batch: int, steps: int, window: int, seed: int = 0, repeats: int
         n_re = max(2, steps // 4)
         t0 = time.perf_counter()
         for _ in range(n_re):
-            x, _ = _recompute_step(wm, hist, hc, cond, g, window)
+            x, _ = _recompute_step(wm, hist, hc, cond, g, window, state.reference())
             hist, hc = torch.cat([hist, x[:, None]], 1)[:, -window:], torch.cat([hc, cond[:, None]], 1)[:, -window:]
         recompute = (time.perf_counter() - t0) / n_re
     return {

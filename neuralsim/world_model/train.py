@@ -980,7 +980,9 @@ def _write_sample(out: Path, cfg: TrainConfig, dataset, step: int) -> None:
         frames, cond = fetch_clips(dataset, [0], wm.config.autoencoder.image_size)  # (1, T, V, H, W, 3)
         frames, cond = frames.to(wm.device), cond.to(wm.device)
         if cfg.stage in ("autoencoder", "decoder"):
-            gen = wm.decode(wm.encode(frames[0]))  # (T, V, H, W, 3)
+            z = wm.encode(frames[0])
+            # clip 0 opens its episode: its frame 0 is a reference head's reference (ignored without a head)
+            gen = wm.decode(z, (frames[0, :1].expand_as(frames[0]), z[:1].expand_as(z)))  # (T, V, H, W, 3)
         else:
             state = wm.new_state(1)
             wm.reset(state, [0], frames[:, 0], cond[:, 0])
