@@ -453,17 +453,12 @@ def test_rollout_latents_are_the_models_own_open_loop_frames(dataset, tmp_path):
         RolloutLatents(wm, store, batch_size=0, progress=False)
 
 
-def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
-    """``--rollout-share``: the decoder stage decodes the DiT's own latents; only the decoder moves, the recipe
-    says so, and a resume with another share is refused."""
+def _decoder_stage(dataset, tmp_path, **fixed):
+    """A copy of ``dataset``, the tiny rolling model saved as the base, and a factory of tiny decoder-stage
+    configs from it (``fixed`` and then each call's keywords override the defaults)."""
     import shutil
 
-    import torch
-
-    from neuralsim.world_model.latents import LatentStore
-    from neuralsim.world_model.model import WorldModel
-    from neuralsim.world_model.rollouts import ROLLOUT_CACHE_DIR, RolloutLatents
-    from neuralsim.world_model.train import TrainConfig, decoder_batch, train
+    from neuralsim.world_model.train import TrainConfig
 
     root = tmp_path / "copy"
     shutil.copytree(dataset, root)
@@ -473,7 +468,22 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
     def cfg(out, **kw):
         return TrainConfig(**{**dict(stage="decoder", data=str(root), out=str(out), init_from=str(base), steps=4,
                                      batch_size=2, log_every=1, checkpoint_every=2, sample_every=-1, progress=False,
-                                     warmup=1, lr=3e-3, rollout_share=1.0), **kw})
+                                     warmup=1, lr=3e-3), **fixed, **kw})
+
+    return root, base, cfg
+
+
+def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
+    """``--rollout-share``: the decoder stage decodes the DiT's own latents; only the decoder moves, the recipe
+    says so, and a resume with another share is refused."""
+    import torch
+
+    from neuralsim.world_model.latents import LatentStore
+    from neuralsim.world_model.model import WorldModel
+    from neuralsim.world_model.rollouts import ROLLOUT_CACHE_DIR, RolloutLatents
+    from neuralsim.world_model.train import decoder_batch, train
+
+    root, base, cfg = _decoder_stage(dataset, tmp_path, rollout_share=1.0)
 
     for bad, match in ((dict(rollout_share=1.5), r"\[0, 1\]"), (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
                        (dict(data="synthetic:4"), "needs episodes to roll out")):
@@ -506,22 +516,12 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
 def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(dataset, tmp_path):
     """``--reference-head W``: a fresh head joins the model and only it trains, each pair carrying its
     episode's first frame; the recipe and config say so; misuse and a resume with another width are refused."""
-    import shutil
-
     import torch
 
     from neuralsim.world_model.model import WorldModel
-    from neuralsim.world_model.train import TrainConfig, decoder_references, train
+    from neuralsim.world_model.train import decoder_references, train
 
-    root = tmp_path / "copy"
-    shutil.copytree(dataset, root)
-    base = tmp_path / "base"
-    _tiny_rolling_model().save_pretrained(base)
-
-    def cfg(out, **kw):
-        return TrainConfig(**{**dict(stage="decoder", data=str(root), out=str(out), init_from=str(base), steps=4,
-                                     batch_size=2, log_every=1, checkpoint_every=2, sample_every=-1, progress=False,
-                                     warmup=1, lr=3e-3, reference_head=8), **kw})
+    root, base, cfg = _decoder_stage(dataset, tmp_path, reference_head=8)
 
     for bad, match in ((dict(reference_head=-1), "width in channels"), (dict(init_from=None), "needs --stage decoder"),
                        (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
