@@ -145,6 +145,9 @@ class TrainConfig:
     """Decoder stage: the share of training pairs whose latent is the model's own open-loop prediction of the
     frame (:class:`~neuralsim.world_model.rollouts.RolloutLatents`, made once per model and dataset) instead of
     the encoded frame.  0: encoded frames only, as before."""
+    rollout_seed: int | None = None
+    """Decoder stage with ``rollout_share``: the noise seed of those rollouts (None: ``seed``).  The rollouts are
+    cached per (DiT, seed), so fixing this lets runs with other ``seed`` values reuse one set of rollouts."""
     reference_head: int = 0
     """Decoder stage: train only the reference head (``AutoencoderConfig.reference_head_channels``), the decoder
     frozen; a model without one first gets a fresh head this wide (one with a head of another width is refused).
@@ -227,6 +230,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage decoder: this share of the training pairs decode the model's own open-loop "
                              "latents of the frame (rolled out once per model and dataset, cached under "
                              "<data>/.rollout_cache) instead of the encoded frame (default 0)")
+    parser.add_argument("--rollout-seed", dest="rollout_seed", type=int, default=d.rollout_seed,
+                        help="with --rollout-share: the rollouts' noise seed (default: --seed). Rollouts are cached per "
+                             "model and seed, so a fixed one lets runs with other --seed values reuse them")
     parser.add_argument("--reference-head", dest="reference_head", type=int, default=d.reference_head,
                         help="--stage decoder: train only the reference head (it refines each decoded view with the "
                              "episode's first, true view), adding a fresh one this many channels wide to a model "
@@ -485,6 +491,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.rollout_share and cfg.stage != "decoder":
         raise ValueError(f"--rollout-share trains the decoder on the DiT's rollouts; it needs --stage decoder "
                          f"(got {cfg.stage!r})")
+    if cfg.rollout_seed is not None and not cfg.rollout_share:
+        raise ValueError(f"--rollout-seed seeds the rollouts of --rollout-share; it needs a share > 0 "
+                         f"(got --rollout-share {cfg.rollout_share})")
+    if cfg.rollout_seed is not None and cfg.rollout_seed < 0:
+        raise ValueError(f"--rollout-seed must be >= 0, got {cfg.rollout_seed}")
     if cfg.reference_head < 0:
         raise ValueError(f"--reference-head is a width in channels (0: none), got {cfg.reference_head}")
     if cfg.reference_head and (cfg.stage != "decoder" or not cfg.init_from):
@@ -613,6 +624,11 @@ def train(cfg: TrainConfig) -> dict:
         if trainer["train_config"].get("rollout_share", 0.0) != cfg.rollout_share:
             raise ValueError(f"{out} holds a run with --rollout-share {trainer['train_config'].get('rollout_share', 0.0)}; "
                              f"refusing to resume it with {cfg.rollout_share} (use the same, or another --out)")
+        old = trainer["train_config"]
+        old_rollout_seed = old.get("rollout_seed") if old.get("rollout_seed") is not None else old.get("seed", 0)
+        if cfg.rollout_share and old_rollout_seed != _rollout_seed(cfg):
+            raise ValueError(f"{out} holds a run whose rollouts used seed {old_rollout_seed}; refusing to resume it with "
+                             f"rollout seed {_rollout_seed(cfg)} (use the same --rollout-seed, or another --out)")
     else:
         ema = {k: p.detach().clone() for k, p in params.items()}
 
@@ -675,7 +691,7 @@ def train(cfg: TrainConfig) -> dict:
             **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
             **({"wrist_rays": True} if cfg.wrist_rays else {}),
-            **({"rollout_share": cfg.rollout_share, "rollout_seed": cfg.seed, "rollout_window": wm_cfg.window}
+            **({"rollout_share": cfg.rollout_share, "rollout_seed": _rollout_seed(cfg), "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),
             **({"change_weight": cfg.change_weight} if cfg.change_weight else {})}]
@@ -949,6 +965,11 @@ def decoder_references(model, dataset, idx: list[int], frames_per_clip: int, ima
     return rep(views), rep(latents)
 
 
+def _rollout_seed(cfg: TrainConfig) -> int:
+    """The noise seed of ``--rollout-share``'s rollouts: ``--rollout-seed``, else the run's ``--seed``."""
+    return cfg.seed if cfg.rollout_seed is None else cfg.rollout_seed
+
+
 def rollout_latents(model, memo, dataset, cfg: TrainConfig, progress: bool):
     """The model's open-loop latents over ``dataset``, indexed like ``memo`` (one set per dataset root)."""
     from .info import count_key
@@ -962,7 +983,7 @@ def rollout_latents(model, memo, dataset, cfg: TrainConfig, progress: bool):
     if not any(model.config.recipe.get(count_key("dit", o)) for o in ("step_forcing", "diffusion_forcing")):
         log.warning("this model's recipe records no DiT training: its rollouts are noise, and a decoder trained on "
                     "them learns little")
-    parts = [RolloutLatents(model, st, seed=cfg.seed, progress=progress) for st in stores]
+    parts = [RolloutLatents(model, st, seed=_rollout_seed(cfg), progress=progress) for st in stores]
     return ConcatLatents(dataset, parts) if isinstance(memo, ConcatLatents) else parts[0]
 
 

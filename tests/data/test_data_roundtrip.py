@@ -500,6 +500,20 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
     assert changed and all(k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")) for k in changed)
     stage = b.config.recipe["stages"][-1]
     assert stage["rollout_share"] == 1.0 and stage["rollout_window"] == a.config.window and stage["steps_run"] == 4
+    assert stage["rollout_seed"] == 0
+
+    # --rollout-seed: another training seed reuses the seed-0 rollouts; misuse and a resume with another are refused
+    for bad, match in ((dict(rollout_share=0.0, rollout_seed=0), "needs a share > 0"), (dict(rollout_seed=-1), ">= 0")):
+        with pytest.raises(ValueError, match=match):
+            train(cfg(tmp_path / "bad", **bad))
+    cached = sorted((root / ROLLOUT_CACHE_DIR).iterdir())
+    train(cfg(tmp_path / "seed7", seed=7, rollout_seed=0, steps=2))
+    assert sorted((root / ROLLOUT_CACHE_DIR).iterdir()) == cached
+    assert WorldModel.from_pretrained(tmp_path / "seed7" / "model").config.recipe["stages"][-1]["rollout_seed"] == 0
+    with pytest.raises(ValueError, match="rollouts used seed 0"):
+        train(cfg(tmp_path / "seed7", seed=7, rollout_seed=3))
+    with pytest.raises(ValueError, match="rollouts used seed 0"):
+        train(cfg(tmp_path / "seed7", seed=7))  # the default follows --seed, 7
 
     # the pairs: with share 1 every latent is the rollout's latent of the frame beside it, with share 0 the store's
     ds = ClipDataset(root, clip_length=6, image_size=16)
