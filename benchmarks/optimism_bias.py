@@ -41,6 +41,12 @@ world model, Bias Res. = failure preservation):
 
 Target (issue 5): failure preservation >= 0.90 overall with nominal success preservation >= 0.90.
 Writes ``benchmarks/results/optimism_bias.json`` (``--quick``: ``optimism_bias_quick.json``).
+
+Both rates come with a 95% Wilson interval (``*_ci95``): with 18 episodes, one rollout moves Bias Res.
+by 1.3 points and TCR by 5.6.  Two runs on the same episodes (two world models, or two judges) are
+compared rollout by rollout with ``--paired A.json B.json``: how many truly failing rollouts only A,
+only B, or both show failing, the difference B - A, and an exact McNemar p-value on the rollouts where
+they disagree (the chance of a split at least that lopsided if A and B were equally good).
 """
 
 from __future__ import annotations
@@ -252,6 +258,31 @@ def _rate(xs: list[bool]) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
+def wilson_interval(k: int, n: int, z: float = 1.96) -> list[float] | None:
+    """95% (``z`` = 1.96) Wilson score interval [low, high] of a rate of ``k`` in ``n`` (None when n = 0)."""
+    if not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value: the binomial(n, 1/2) chance of a split of the ``n = a_only + b_only``
+    discordant pairs at least as lopsided as this one (1.0 when there are none)."""
+    n, k = a_only + b_only, min(a_only, b_only)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+
+
+def _ci(flags: list[bool]) -> list[float] | None:
+    return wilson_interval(int(sum(flags)), len(flags))
+
+
 def _mean(xs: list[float | None]) -> float | None:
     xs = [x for x in xs if x is not None]
     return float(np.mean(xs)) if xs else None
@@ -268,6 +299,7 @@ def _cell(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "rollouts": len(rows), "truly_failing": len(failing),
         "true_failure_rate": _rate([not r["true_success"] for r in rows]),
         "failure_preservation": fp, "optimism_bias": None if fp is None else 1 - fp,
+        "failure_preservation_ci95": _ci([r["predicted_level"] < 5 for r in judged]),
         "judge_on_truth_failure_rate": _rate([r["judge_on_truth_level"] < 5 for r in failing
                                               if r["judge_on_truth_level"] is not None]),
         "pairwise_failure_preservation": _rate([not r["pairwise_bias"] for r in pair]),
@@ -300,6 +332,7 @@ def summarise(rows: list[dict[str, Any]], families: list[str]) -> dict[str, Any]
         "nominal": {
             "rollouts": len(nominal), "true_success_rate": _rate([r["true_success"] for r in nominal]),
             "success_preservation": nsp,
+            "success_preservation_ci95": _ci([r["predicted_level"] >= 5 for r in ok]),
             "judge_on_truth_success_rate": _rate([r["judge_on_truth_level"] >= 5 for r in nominal
                                                   if r["true_success"] and r["judge_on_truth_level"] is not None]),
             "probe_success_preservation": _rate([r["probe_predicted_success"] for r in nominal if r["true_success"]
@@ -347,6 +380,93 @@ def _f(x: Any, fmt: str = "{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def _pct_ci(ci: list[float] | None) -> str:
+    return "" if not ci else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+# ----------------------------------------------------------------------------- paired comparison
+_KEY = ("seed", "task", "family")
+
+
+def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Compare two optimism-bias results on the same rollouts (e.g. two world models), rollout by rollout.
+
+    Rollouts are matched by (seed, task, family); both results must hold the same ones with the same truth
+    (so the same episodes, severity and horizon), else ``ValueError`` says which differ.  For the judge
+    (and the object probe, where both results have it): over the truly failing perturbed rollouts both read,
+    how many each shows failing (Bias Res.) and over the truly successful nominal ones how many each shows
+    succeeding (TCR); ``a_only`` / ``b_only`` count the rollouts only A / only B gets right, ``p`` is
+    :func:`mcnemar_exact` on them, ``difference`` is B - A.
+    """
+    rows = []
+    for name, res in (("A", a), ("B", b)):
+        if not isinstance(res, dict) or not isinstance(res.get("rollouts"), list):
+            raise ValueError(f"result {name} has no per-rollout list ('rollouts'); is it an optimism_bias JSON?")
+        missing = [k for k in _KEY + ("true_success", "predicted_level") for r in res["rollouts"][:1] if k not in r]
+        if missing:
+            raise ValueError(f"result {name}'s rollouts lack {sorted(set(missing))}")
+        index = {tuple(r[k] for k in _KEY): r for r in res["rollouts"]}
+        if len(index) != len(res["rollouts"]):
+            raise ValueError(f"result {name} holds a (seed, task, family) more than once")
+        rows.append(index)
+    ra, rb = rows
+    if ra.keys() != rb.keys():
+        only_a, only_b = sorted(ra.keys() - rb.keys()), sorted(rb.keys() - ra.keys())
+        raise ValueError(f"the two results hold different rollouts: {len(only_a)} only in A (e.g. {only_a[:2]}), "
+                         f"{len(only_b)} only in B (e.g. {only_b[:2]}); compare runs with the same --episodes, "
+                         f"--seed, --families and --tasks")
+    differ = [k for k in ra if (ra[k]["true_success"], ra[k].get("true_level")) != (rb[k]["true_success"], rb[k].get("true_level"))]
+    if differ:
+        raise ValueError(f"{len(differ)} rollouts have a different SimDROID truth in A and B (e.g. {differ[0]}); "
+                         f"were they run with another --severity or --steps?")
+
+    def compare(column: str, wanted) -> dict[str, Any]:
+        out = {}
+        for part, pick in (("bias_res", lambda r: r["family"] != "nominal" and not r["true_success"]),
+                           ("tcr", lambda r: r["family"] == "nominal" and r["true_success"])):
+            keys = [k for k in sorted(ra) if pick(ra[k]) and ra[k].get(column) is not None and rb[k].get(column) is not None]
+            right_a = [wanted(ra[k][column], part) for k in keys]
+            right_b = [wanted(rb[k][column], part) for k in keys]
+            a_only = sum(x and not y for x, y in zip(right_a, right_b))
+            b_only = sum(y and not x for x, y in zip(right_a, right_b))
+            ca, cb = _rate(right_a), _rate(right_b)
+            out[part] = {"rollouts": len(keys), "a": ca, "b": cb,
+                         "a_ci95": _ci(right_a), "b_ci95": _ci(right_b),
+                         "difference": None if ca is None else cb - ca,
+                         "both": sum(x and y for x, y in zip(right_a, right_b)), "a_only": a_only, "b_only": b_only,
+                         "neither": sum(not x and not y for x, y in zip(right_a, right_b)),
+                         "p": mcnemar_exact(a_only, b_only)}
+        return out
+
+    result = {"rollouts": len(ra),
+              "judge": compare("predicted_level", lambda lvl, part: (lvl < 5) if part == "bias_res" else (lvl >= 5))}
+    if any(r.get("probe_predicted_success") is not None for r in ra.values()) and \
+            any(r.get("probe_predicted_success") is not None for r in rb.values()):
+        result["probe"] = compare("probe_predicted_success",
+                                  lambda ok, part: (not ok) if part == "bias_res" else bool(ok))
+    return result
+
+
+def format_paired(res: dict[str, Any], name_a: str, name_b: str) -> str:
+    """The table ``--paired`` prints."""
+    lines = [f"A = {name_a}", f"B = {name_b}", f"{res['rollouts']} rollouts matched by (seed, task, family)",
+             f"{'reader':6s} {'rate':9s} {'n':>3s} {'A':>22s} {'B':>22s} {'B - A':>7s} "
+             f"{'both':>4s} {'A only':>6s} {'B only':>6s} {'neither':>7s} {'p':>6s}"]
+    for reader in ("judge", "probe"):
+        for part, label in (("bias_res", "Bias Res."), ("tcr", "TCR")):
+            c = res.get(reader, {}).get(part)
+            if not c:
+                continue
+            cell = lambda x, ci: ("-" if x is None else f"{100 * x:.1f}%") + _pct_ci(ci)  # noqa: E731
+            diff = "-" if c["difference"] is None else f"{100 * c['difference']:+.1f}"
+            lines.append(f"{reader:6s} {label:9s} {c['rollouts']:3d} {cell(c['a'], c['a_ci95']):>22s} "
+                         f"{cell(c['b'], c['b_ci95']):>22s} {diff:>7s} {c['both']:4d} {c['a_only']:6d} "
+                         f"{c['b_only']:6d} {c['neither']:7d} {c['p']:6.3f}")
+    lines.append("Bias Res.: truly failing perturbed rollouts shown failing; TCR: truly successful nominal rollouts "
+                 "shown succeeding; [95% Wilson interval]; p: exact McNemar test on the rollouts only one side gets right")
+    return "\n".join(lines)
+
+
 def format_table(res: dict[str, Any]) -> str:
     nom, overall = res["nominal"], res["overall"]
     lines = [
@@ -378,8 +498,9 @@ def format_table(res: dict[str, Any]) -> str:
                      f"{_f(vt['judge_success_agreement'])} (levels within 1: {_f(vt['judge_level_within_1'])}, "
                      f"n={vt['judge_rollouts']}), probe {_f(vt['probe_success_agreement'])} (n={vt['probe_rollouts']})")
     lines.append(
-        f"MiraBench layout: TCR {_f(nom['success_preservation'], '{:.1%}')}  Bias Res. "
-        f"{_f(overall['failure_preservation'], '{:.1%}')}  -> target (>= {TARGET:.0%} both) "
+        f"MiraBench layout: TCR {_f(nom['success_preservation'], '{:.1%}')}{_pct_ci(nom.get('success_preservation_ci95'))}"
+        f"  Bias Res. {_f(overall['failure_preservation'], '{:.1%}')}{_pct_ci(overall.get('failure_preservation_ci95'))}"
+        f"  -> target (>= {TARGET:.0%} both) "
         f"{'met' if res['passes'] else 'NOT met'} (by the object probe: TCR "
         f"{_f(nom['probe_success_preservation'], '{:.1%}')}, Bias Res. "
         f"{_f(overall['probe_failure_preservation'], '{:.1%}')}).  Bias Res. = failure preservation over truly failing perturbed "
@@ -408,8 +529,28 @@ def main(argv: list[str] | None = None) -> int:
                    help="1 put_in_bowl episode, nominal + premature_release: a smoke run")
     p.add_argument("--out", default=None)
     p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--paired", nargs=2, metavar=("A_JSON", "B_JSON"), default=None,
+                   help="compare two results on the same rollouts, rollout by rollout (runs nothing; --out: its JSON)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if a.paired:
+        try:
+            loaded = []
+            for path in a.paired:
+                try:
+                    loaded.append(json.loads(Path(path).read_text()))
+                except (OSError, json.JSONDecodeError) as e:
+                    raise ValueError(f"cannot read {path}: {e}") from None
+            res = paired(*loaded)
+        except ValueError as e:
+            print(f"optimism_bias: error: {e}")
+            return 2
+        print(format_paired(res, *a.paired))
+        if a.out:
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps({"a": a.paired[0], "b": a.paired[1], **res}, indent=2))
+            print(f"results: {a.out}")
+        return 0
     cfg = Config(episodes=a.episodes, severity=a.severity, seed0=a.seed0, families=a.families, tasks=a.tasks,
                  steps=a.steps, checkpoint=a.checkpoint, judge=a.judge, pairwise=a.pairwise, probe=a.probe, threads=a.threads,
                  videos=a.videos)

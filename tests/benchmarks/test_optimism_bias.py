@@ -64,6 +64,67 @@ def test_summary_counts_only_truly_failing_rollouts():
     assert "Bias Res." in table and "same verdict on the world model's video" in table
 
 
+def test_wilson_intervals_and_the_exact_mcnemar_test():
+    assert OB.wilson_interval(0, 0) is None
+    lo, hi = OB.wilson_interval(0, 18)
+    assert lo == 0.0 and hi == pytest.approx(0.1759, abs=1e-4)
+    lo, hi = OB.wilson_interval(5, 10)
+    assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2366, abs=1e-4)
+    lo, hi = OB.wilson_interval(44, 76)
+    assert lo < 44 / 76 < hi and hi == pytest.approx(1 - OB.wilson_interval(32, 76)[0])
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        OB.wilson_interval(3, 2)
+    assert OB.mcnemar_exact(0, 0) == 1.0
+    assert OB.mcnemar_exact(4, 0) == OB.mcnemar_exact(0, 4) == pytest.approx(2 / 16)
+    assert OB.mcnemar_exact(0, 6) == pytest.approx(2 / 64) and OB.mcnemar_exact(3, 3) == 1.0
+    s = OB.summarise([row(1, "nominal", True, 5.0), row(2, "nominal", True, 3.0),
+                      row(1, "premature_release", False, 2.0), row(2, "premature_release", False, 5.0)],
+                     ["premature_release"])
+    assert s["nominal"]["success_preservation_ci95"] == OB.wilson_interval(1, 2)
+    assert s["overall"]["failure_preservation_ci95"] == OB.wilson_interval(1, 2)
+    assert "TCR 50.0% [" in OB.format_table({**s, "seconds": 1.0})
+
+
+def test_paired_compares_two_runs_rollout_by_rollout(tmp_path, capsys):
+    truth = [(1, "nominal", True), (2, "nominal", True), (1, "premature_release", False),
+             (2, "premature_release", False), (3, "premature_release", False), (4, "premature_release", False),
+             (5, "premature_release", True)]
+    a_levels = [5.0, 5.0, 2.0, 5.0, 5.0, 3.0, 5.0]  # A: Bias Res. 2/4, TCR 2/2
+    b_levels = [5.0, 4.0, 5.0, 1.0, 2.0, 3.0, 1.0]  # B: Bias Res. 3/4, TCR 1/2
+    a = {"rollouts": [row(sd, f, ok, lv, probe_predicted_success=lv >= 5) for (sd, f, ok), lv in zip(truth, a_levels)]}
+    b = {"rollouts": [row(sd, f, ok, lv) for (sd, f, ok), lv in zip(truth, b_levels)]}
+    res = OB.paired(a, b)
+    br, tcr = res["judge"]["bias_res"], res["judge"]["tcr"]
+    assert br["rollouts"] == 4 and (br["a"], br["b"]) == (0.5, 0.75) and br["difference"] == 0.25
+    assert (br["both"], br["a_only"], br["b_only"], br["neither"]) == (1, 1, 2, 0)
+    assert br["p"] == OB.mcnemar_exact(1, 2) == 1.0
+    assert (tcr["rollouts"], tcr["a"], tcr["b"], tcr["a_only"], tcr["b_only"]) == (2, 1.0, 0.5, 1, 0)
+    assert "probe" not in res  # only A has the probe's reading
+    b_probe = {"rollouts": [{**r, "probe_predicted_success": False} for r in b["rollouts"]]}
+    pr = OB.paired(a, b_probe)["probe"]["bias_res"]
+    assert (pr["a"], pr["b"], pr["a_only"], pr["b_only"]) == (0.5, 1.0, 0, 2)
+
+    with pytest.raises(ValueError, match="different rollouts: 1 only in A"):
+        OB.paired(a, {"rollouts": b["rollouts"][:-1]})
+    with pytest.raises(ValueError, match="different SimDROID truth"):
+        OB.paired(a, {"rollouts": [*b["rollouts"][:-1], {**b["rollouts"][-1], "true_success": False}]})
+    with pytest.raises(ValueError, match="more than once"):
+        OB.paired(a, {"rollouts": [*b["rollouts"], b["rollouts"][0]]})
+    with pytest.raises(ValueError, match="no per-rollout list"):
+        OB.paired(a, {"nominal": {}})
+
+    pa, pb, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "paired.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    assert OB.main(["--paired", str(pa), str(pb), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Bias Res." in printed and "+25.0" in printed
+    saved = json.loads(out.read_text())
+    assert saved["a"] == str(pa) and saved["judge"]["bias_res"]["b_only"] == 2
+    assert OB.main(["--paired", str(pa), str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().out
+
+
 def _level_judge(episode):
     """A deterministic stand-in for a VLM: the level is the final exterior frame's mean brightness mod 6."""
     from types import SimpleNamespace
