@@ -61,6 +61,8 @@ import numpy as np
 
 from neuralsim.episode import VIEW_NAMES
 
+from .stats import wilson_interval
+
 log = logging.getLogger(__name__)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -356,6 +358,7 @@ def position_errors(probe, episodes: Sequence[EvalEpisode], generated: Sequence[
         "end_error_m_mean": float(err.mean()),
         "end_error_m_median": float(np.median(err)),
         "share_below_5cm": float((err < POSITION_TOLERANCE_M).mean()),
+        "share_below_5cm_ci95": wilson_interval(int((err < POSITION_TOLERANCE_M).sum()), len(err)),
         **probe_floors(probe, episodes, decoded_last),
         "per_episode_error_m": [round(float(x), 4) for x in err],
     }
@@ -757,6 +760,11 @@ def format_table(report: dict[str, Any]) -> str:
                     if vals:
                         detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}"
                                       f"  mean {vals['mean']:.4g}  (frame 0 held still: the no-skill floor)")
+            if pos.get("share_below_5cm_ci95"):
+                lo, hi = pos["share_below_5cm_ci95"]
+                detail.append(f"  {entry['label']:<12} {split:<8} cube within 5 cm at the end in "
+                              f"{100 * pos['share_below_5cm']:.0f}% of {pos['episodes']} episodes "
+                              f"(95% Wilson interval {100 * lo:.0f}-{100 * hi:.0f}%)")
             if pos.get("cube_left_at_start_error_m_mean") is not None:
                 detail.append(f"  {entry['label']:<12} {split:<8} cube moved "
                               f"{100 * pos['generated_end_from_start_m_mean']:.1f} cm in the generated video, "

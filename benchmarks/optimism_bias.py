@@ -62,6 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from .stats import mcnemar_exact, wilson_interval
+
 RESULTS = Path(__file__).parent / "results" / "optimism_bias.json"
 TARGET = 0.9
 HELDOUT_SEED0 = 1_000_000  # SimDROID seeds of the held-out split (training data uses seeds < 1e6)
@@ -256,27 +258,6 @@ def _write_video(path: Path, pred, truth) -> None:
 # ----------------------------------------------------------------------------- summary
 def _rate(xs: list[bool]) -> float | None:
     return float(np.mean(xs)) if xs else None
-
-
-def wilson_interval(k: int, n: int, z: float = 1.96) -> list[float] | None:
-    """95% (``z`` = 1.96) Wilson score interval [low, high] of a rate of ``k`` in ``n`` (None when n = 0)."""
-    if not 0 <= k <= n:
-        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
-    if n == 0:
-        return None
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [max(0.0, centre - half), min(1.0, centre + half)]
-
-
-def mcnemar_exact(a_only: int, b_only: int) -> float:
-    """Two-sided exact McNemar p-value: the binomial(n, 1/2) chance of a split of the ``n = a_only + b_only``
-    discordant pairs at least as lopsided as this one (1.0 when there are none)."""
-    n, k = a_only + b_only, min(a_only, b_only)
-    if n == 0:
-        return 1.0
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
 
 
 def _ci(flags: list[bool]) -> list[float] | None:

@@ -14,6 +14,7 @@ pytest.importorskip("pytorch_msssim")
 
 from benchmarks import fidelity as F  # noqa: E402
 from benchmarks import object_probe as P  # noqa: E402
+from benchmarks.stats import wilson_interval  # noqa: E402
 from neuralsim.data.generate import generate  # noqa: E402
 from neuralsim.data.reader import list_episodes  # noqa: E402
 from neuralsim.episode import VIEW_NAMES  # noqa: E402
@@ -360,6 +361,9 @@ def test_position_errors_have_the_never_moving_reference(splits, probe_dir):
     # the true frames as the "generated" video: the error is the probe's own floor
     pos = F.position_errors(probe, eps, [e.frames for e in eps])
     assert pos["end_error_m_mean"] == pytest.approx(pos["probe_on_true_frames_error_m_mean"])
+    lo, hi = pos["share_below_5cm_ci95"]
+    assert lo <= pos["share_below_5cm"] <= hi and pos["share_below_5cm_ci95"] == wilson_interval(
+        round(pos["share_below_5cm"] * len(eps)), len(eps))
     moved = [np.linalg.norm(np.subtract(r["final_poses"][r["target"]][:2], r["initial_poses"][r["target"]][:2]))
              for r in list_episodes(splits["heldout"])]
     assert pos["cube_left_at_start_error_m_mean"] == pytest.approx(np.mean(moved))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmarks import optimism_bias as OB
+from benchmarks.stats import mcnemar_exact, wilson_interval
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judges"))
 from judges_testing import openai_server  # noqa: E402,F401  (fixture: loopback /v1/chat/completions)
@@ -65,23 +66,25 @@ def test_summary_counts_only_truly_failing_rollouts():
 
 
 def test_wilson_intervals_and_the_exact_mcnemar_test():
-    assert OB.wilson_interval(0, 0) is None
-    lo, hi = OB.wilson_interval(0, 18)
+    assert wilson_interval(0, 0) is None
+    lo, hi = wilson_interval(0, 18)
     assert lo == 0.0 and hi == pytest.approx(0.1759, abs=1e-4)
-    lo, hi = OB.wilson_interval(5, 10)
+    lo, hi = wilson_interval(5, 10)
     assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2366, abs=1e-4)
-    lo, hi = OB.wilson_interval(44, 76)
-    assert lo < 44 / 76 < hi and hi == pytest.approx(1 - OB.wilson_interval(32, 76)[0])
+    lo, hi = wilson_interval(44, 76)
+    assert lo < 44 / 76 < hi and hi == pytest.approx(1 - wilson_interval(32, 76)[0])
     with pytest.raises(ValueError, match="0 <= k <= n"):
-        OB.wilson_interval(3, 2)
-    assert OB.mcnemar_exact(0, 0) == 1.0
-    assert OB.mcnemar_exact(4, 0) == OB.mcnemar_exact(0, 4) == pytest.approx(2 / 16)
-    assert OB.mcnemar_exact(0, 6) == pytest.approx(2 / 64) and OB.mcnemar_exact(3, 3) == 1.0
+        wilson_interval(3, 2)
+    with pytest.raises(ValueError, match=">= 0"):
+        mcnemar_exact(-1, 2)
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(4, 0) == mcnemar_exact(0, 4) == pytest.approx(2 / 16)
+    assert mcnemar_exact(0, 6) == pytest.approx(2 / 64) and mcnemar_exact(3, 3) == 1.0
     s = OB.summarise([row(1, "nominal", True, 5.0), row(2, "nominal", True, 3.0),
                       row(1, "premature_release", False, 2.0), row(2, "premature_release", False, 5.0)],
                      ["premature_release"])
-    assert s["nominal"]["success_preservation_ci95"] == OB.wilson_interval(1, 2)
-    assert s["overall"]["failure_preservation_ci95"] == OB.wilson_interval(1, 2)
+    assert s["nominal"]["success_preservation_ci95"] == wilson_interval(1, 2)
+    assert s["overall"]["failure_preservation_ci95"] == wilson_interval(1, 2)
     assert "TCR 50.0% [" in OB.format_table({**s, "seconds": 1.0})
 
 
@@ -97,7 +100,7 @@ def test_paired_compares_two_runs_rollout_by_rollout(tmp_path, capsys):
     br, tcr = res["judge"]["bias_res"], res["judge"]["tcr"]
     assert br["rollouts"] == 4 and (br["a"], br["b"]) == (0.5, 0.75) and br["difference"] == 0.25
     assert (br["both"], br["a_only"], br["b_only"], br["neither"]) == (1, 1, 2, 0)
-    assert br["p"] == OB.mcnemar_exact(1, 2) == 1.0
+    assert br["p"] == mcnemar_exact(1, 2) == 1.0
     assert (tcr["rollouts"], tcr["a"], tcr["b"], tcr["a_only"], tcr["b_only"]) == (2, 1.0, 0.5, 1, 0)
     assert "probe" not in res  # only A has the probe's reading
     b_probe = {"rollouts": [{**r, "probe_predicted_success": False} for r in b["rollouts"]]}
