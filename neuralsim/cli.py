@@ -209,6 +209,11 @@ def _add_data(sub) -> None:
     g.add_argument("--actor", choices=("expert", "idle", "random"), default="expert",
                    help="who acts: the scripted expert (default), or a no-skill baseline run to --max-steps: idle "
                         "(holds still) or random (wanders); the baselines ignore --failure-share and --noise")
+    g.add_argument("--perturbation", default=None,
+                   help="a failure-perturbation family (e.g. premature_release) or 'all' (one per episode among those "
+                        "that apply to its task): the clean expert's actions replayed through that wrapper, to "
+                        "--max-steps, as the optimism-bias benchmark's truth (ignores --failure-share)")
+    g.add_argument("--severity", type=float, default=0.5, help="with --perturbation: its severity in [0, 1] (default 0.5)")
     g.add_argument("--frames-format", dest="frames_format", choices=("mp4", "npy"), default="mp4",
                    help="mp4 (H.264, default) or npy: raw uint8 frames, ~15x larger, for a machine without ffmpeg")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -231,7 +236,8 @@ def _run_generate(args: argparse.Namespace) -> int:
     summary = generate(out, args.episodes, workers=args.workers, seed=args.seed,
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
                        max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood,
-                       frames_format=args.frames_format, actor=args.actor,
+                       frames_format=args.frames_format, actor=args.actor, perturbation=args.perturbation,
+                       severity=args.severity,
                        **({"settle_steps": args.max_steps} if args.full_horizon else {}))
     print(summary.format())
     return 0

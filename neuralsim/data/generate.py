@@ -29,6 +29,15 @@ outside the training region); the dataset's ``generation`` parameters and every 
     neuralsim data generate --episodes 60 --out data/simdroid_heldout --seed 1000000
     neuralsim data generate --episodes 30 --out data/simdroid_ood --seed 2000000 --ood
 
+``perturbation=FAMILY`` (``--perturbation``, or ``all`` for a family drawn per episode among those that
+apply to its task) writes what the optimism-bias benchmark calls the truth of a perturbed rollout: the
+clean expert runs closed loop to ``max_steps``, then its recorded actions are replayed open loop through
+that failure-perturbation wrapper (:mod:`neuralsim.wrappers`) at ``severity``, and the replay is the
+episode (its actions are the ones the wrapper sent, its labels the simulator's).  Such episodes must fail
+the way the benchmark's do, so a judge (or a world model) can be trained on those failures::
+
+    neuralsim data generate --episodes 240 --out data/simdroid_perturbed --perturbation all --seed 6000000
+
 Re-running the same command resumes: episodes already in ``meta/episodes.jsonl`` are skipped, and
 asking for more episodes extends the dataset.  A directory generated with other parameters is
 refused (:class:`GenerationMismatchError`).  ``workers > 1`` runs one SimDROID env per process
@@ -64,10 +73,10 @@ log = logging.getLogger(__name__)
 SETTLE_STEPS = 5
 #: Parameters that define a dataset's episodes; a resume must match all of them.
 GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert",
-                   "distribution", "actor")
+                   "distribution", "actor", "perturbation", "severity")
 #: Values of generation parameters that datasets written before the parameter existed implicitly used
 #: (such parameters are also left out of ``meta/info.json`` when they have this value).
-GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert"}
+GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert", "perturbation": None, "severity": None}
 EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
 #: Who acts in the episodes: the scripted expert, or a no-skill baseline (see :class:`IdleActor`,
 #: :class:`RandomActor`) that labels what doing nothing, or flailing, looks like.
@@ -137,6 +146,41 @@ def run_expert(env, expert, seed: int, task: str | None, max_steps: int = 150,
     ground_truth = {"rubric_level": np.asarray(gt["rubric_level"], np.int8), "success": np.asarray(gt["success"], bool),
                     "target_distance": np.asarray(gt["target_distance"], np.float32)}
     return Rollout(env.episode(), info, initial, ground_truth, steps, bool(expert.done))
+
+
+def replay_actions(env, seed: int, task: str | None, actions: np.ndarray) -> tuple[Rollout, bool]:
+    """Reset ``env`` (SimDROID, possibly wrapped) to ``(seed, task)`` and send ``actions`` open loop.
+
+    Returns the :class:`Rollout` of the replay (``expert_done`` False: no expert acted) and whether a
+    perturbation wrapper changed any action (``info["perturbation"][i]["changed"]``).
+    """
+    obs, info = env.reset(seed=seed, options={"task": task} if task else None)
+    initial = info
+    gt = {"rubric_level": [info["rubric_level"]], "success": [info["success"]],
+          "target_distance": [info["target_distance"]]}
+    fired, steps = False, 0
+    for a in actions:
+        obs, _, terminated, truncated, info = env.step(a)
+        steps += 1
+        fired = fired or any(p.get("changed", False) for p in info.get("perturbation", []))
+        for k in gt:
+            gt[k].append(info[k])
+        if terminated or truncated:
+            break
+    ground_truth = {"rubric_level": np.asarray(gt["rubric_level"], np.int8), "success": np.asarray(gt["success"], bool),
+                    "target_distance": np.asarray(gt["target_distance"], np.float32)}
+    return Rollout(env.unwrapped.episode(), info, initial, ground_truth, steps, False), fired
+
+
+def perturbation_for(plan: EpisodePlan, perturbation: str) -> str:
+    """The perturbation family of a perturbed episode: ``perturbation`` itself, or for ``"all"`` one drawn
+    with the episode seed among the families whose wrapper applies to the episode's task."""
+    from ..wrappers import PERTURBATIONS
+
+    if perturbation != "all":
+        return perturbation
+    fams = sorted(f for f, cls in PERTURBATIONS.items() if plan.family in cls.task_families)
+    return fams[int(np.random.default_rng([plan.seed, 1]).integers(len(fams)))]
 
 
 class IdleActor:
@@ -209,12 +253,26 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         expert = (IdleActor if actor == "idle" else RandomActor)(seed=plan.seed)
         plan = replace(plan, failure=None, noise=0.0)
     t0 = time.perf_counter()
-    r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
+    extra: dict[str, Any] = {}
+    if params.get("perturbation"):  # the clean expert to the horizon, then its actions through the wrapper
+        from ..wrappers import apply_perturbation
+
+        plan = replace(plan, failure=None)
+        expert = ScriptedExpert(env, noise=plan.noise, failure=None, seed=plan.seed)
+        clean = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["max_steps"])
+        family = perturbation_for(plan, params["perturbation"])
+        wrapped = apply_perturbation(env, family, severity=params["severity"], horizon=params["max_steps"])
+        r, fired = replay_actions(wrapped, plan.seed, plan.family, np.asarray(clean.episode.actions, np.float32))
+        extra.update(perturbation=family, severity=params["severity"], perturbation_fired=fired,
+                     clean_success=bool(clean.info["success"]))
+    else:
+        r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
     ep = r.episode
     ep.metadata.update(seed=plan.seed, failure=plan.failure, noise=plan.noise)
     W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth, frames_format=params.get("frames_format", "mp4"))
     info = r.info
-    extra = {} if distribution == "train" else {"distribution": distribution}
+    if distribution != "train":
+        extra["distribution"] = distribution
     if actor != "expert":
         extra["actor"] = actor
     return W.episode_record(
@@ -289,8 +347,9 @@ def summarise(records: list[dict], out: str = "", new_episodes: int = 0, seconds
         f = fam.setdefault(r.get("family") or r.get("task", "?"), [0, 0])
         f[0] += bool(r.get("success"))
         f[1] += 1
-        if r.get("failure"):
-            m = modes.setdefault(r["failure"], [0, 0])
+        mode = r.get("failure") or (f"perturbation:{r['perturbation']}" if r.get("perturbation") else None)
+        if mode:
+            m = modes.setdefault(mode, [0, 0])
             m[0] += not r.get("success")
             m[1] += 1
         else:
@@ -308,7 +367,8 @@ def summarise(records: list[dict], out: str = "", new_episodes: int = 0, seconds
 def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, failure_share: float = 0.3,
              noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
              max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
-             settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4", actor: str = "expert") -> GenerationSummary:
+             settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4", actor: str = "expert",
+             perturbation: str | None = None, severity: float = 0.5) -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -331,6 +391,10 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         actor: ``"expert"`` (the scripted expert, with ``failure_share`` and ``noise``), or a no-skill
             baseline that runs every episode to ``max_steps``: ``"idle"`` (:class:`IdleActor`, holds still)
             or ``"random"`` (:class:`RandomActor`, wanders); these ignore ``failure_share`` and ``noise``.
+        perturbation: a failure-perturbation family (:data:`neuralsim.wrappers.PERTURBATIONS`) or ``"all"``:
+            every episode is the clean expert's actions replayed through that wrapper (module docstring),
+            run to ``max_steps``; ``failure_share`` is ignored.  None: plain episodes.
+        severity: the perturbation's severity in [0, 1] (the optimism-bias benchmark uses 0.5).
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -359,6 +423,22 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         raise ValueError(f"actor must be one of {ACTORS}, got {actor!r}")
     if actor != "expert":
         params["actor"] = actor
+    if perturbation is not None:
+        from ..wrappers import PERTURBATIONS
+
+        if perturbation != "all" and perturbation not in PERTURBATIONS:
+            raise ValueError(f"unknown perturbation {perturbation!r}; choose 'all' or one of {sorted(PERTURBATIONS)}")
+        if actor != "expert":
+            raise ValueError(f"a perturbation replays the expert's actions; it needs actor 'expert', got {actor!r}")
+        if not 0.0 <= severity <= 1.0:
+            raise ValueError(f"severity must be in [0, 1], got {severity}")
+        if perturbation != "all":
+            unfit = [f for f in families if f not in PERTURBATIONS[perturbation].task_families]
+            if unfit:
+                raise ValueError(f"perturbation {perturbation!r} applies to {list(PERTURBATIONS[perturbation].task_families)} "
+                                 f"only, not {unfit}; restrict the task families (--families)")
+        params.update(perturbation=perturbation, severity=float(severity), failure_share=0.0,
+                      settle_steps=int(max_steps))
     if frames_format not in W.FRAMES_FORMATS:
         raise ValueError(f"frames_format must be one of {W.FRAMES_FORMATS}, got {frames_format!r}")
     root = Path(out)

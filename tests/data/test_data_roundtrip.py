@@ -580,3 +580,46 @@ def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(data
         assert all(torch.equal(views[3 * j + k], first) for k in range(3))
         torch.testing.assert_close(lat[3 * j], a.autoencoder.encode(first))
     assert ds.windows[idx[0]][0] != ds.windows[idx[1]][0]  # two episodes, two references
+
+
+def test_perturbed_episodes_replay_the_clean_experts_actions_through_the_wrapper(tmp_path):
+    """``perturbation=``: the clean expert to the horizon, its actions replayed through the wrapper; the episode
+    holds the actions the wrapper sent, whose plain SimDROID replay gives the recorded labels; misuse is named."""
+    from neuralsim.data.generate import perturbation_for, replay_actions
+    from neuralsim.envs.sim_droid import SimDROIDEnv
+    from neuralsim.wrappers import PERTURBATIONS
+
+    common = dict(seed=6000000, families=["put_in_bowl"], max_steps=120, image_size=32, progress=False,
+                  frames_format="npy")
+    summary = generate(tmp_path / "pr", 2, perturbation="premature_release", **common)
+    assert summary.failed_by_mode == {"perturbation:premature_release": (2, 2)}
+    env = SimDROIDEnv(image_size=32, reward_fn=None)
+    try:
+        for rec in list_episodes(tmp_path / "pr"):
+            assert rec["perturbation"] == "premature_release" and rec["severity"] == 0.5 and rec["failure"] is None
+            assert rec["perturbation_fired"] and rec["clean_success"] and not rec["success"]
+            ep = read_episode(tmp_path / "pr", rec["episode_index"])
+            assert ep.actions.shape == (120, 8)
+            truth, fired = replay_actions(env, rec["seed"], "put_in_bowl", ep.actions)  # no wrapper this time
+            assert not fired and truth.info["success"] == rec["success"]
+            assert int(truth.info["rubric_level"]) == rec["rubric_level"]
+    finally:
+        env.close()
+    # "all": each episode's family is drawn among those that apply to its task, by its seed
+    generate(tmp_path / "all", 3, perturbation="all", **{**common, "families": ["stack"], "max_steps": 40})
+    fams = [rec["perturbation"] for rec in list_episodes(tmp_path / "all")]
+    assert all("stack" in PERTURBATIONS[f].task_families for f in fams)
+    assert fams == [perturbation_for(plan_episode(i, 6000000, ["stack"], 0.0, (0.0, 0.3)), "all") for i in range(3)]
+    # the perturbation and its severity are part of the dataset's identity; misuse is named
+    with pytest.raises(GenerationMismatchError, match="severity"):
+        generate(tmp_path / "pr", 2, perturbation="premature_release", severity=0.8, **common)
+    with pytest.raises(GenerationMismatchError, match="perturbation"):
+        generate(tmp_path / "pr", 2, **common)
+    for kw, match in ((dict(perturbation="gravity_flip"), "unknown perturbation"),
+                      (dict(perturbation="all", actor="idle"), "needs actor 'expert'"),
+                      (dict(perturbation="all", severity=1.5), r"severity must be in \[0, 1\]")):
+        with pytest.raises(ValueError, match=match):
+            generate(tmp_path / "bad", 1, **{**common, **kw})
+    unfit = next(f for f, cls in PERTURBATIONS.items() if "push_to_pad" not in cls.task_families)
+    with pytest.raises(ValueError, match="restrict the task families"):
+        generate(tmp_path / "bad", 1, perturbation=unfit, **{**common, "families": ["push_to_pad"]})
