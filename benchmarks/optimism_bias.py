@@ -383,9 +383,9 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for name, res in (("A", a), ("B", b)):
         if not isinstance(res, dict) or not isinstance(res.get("rollouts"), list):
             raise ValueError(f"result {name} has no per-rollout list ('rollouts'); is it an optimism_bias JSON?")
-        missing = [k for k in _KEY + ("true_success", "predicted_level") for r in res["rollouts"][:1] if k not in r]
+        missing = {k for r in res["rollouts"] for k in _KEY + ("true_success", "predicted_level") if k not in r}
         if missing:
-            raise ValueError(f"result {name}'s rollouts lack {sorted(set(missing))}")
+            raise ValueError(f"result {name}'s rollouts lack {sorted(missing)}")
         index = {tuple(r[k] for k in _KEY): r for r in res["rollouts"]}
         if len(index) != len(res["rollouts"]):
             raise ValueError(f"result {name} holds a (seed, task, family) more than once")

@@ -113,6 +113,8 @@ def test_paired_compares_two_runs_rollout_by_rollout(tmp_path, capsys):
         OB.paired(a, {"rollouts": [*b["rollouts"][:-1], {**b["rollouts"][-1], "true_success": False}]})
     with pytest.raises(ValueError, match="more than once"):
         OB.paired(a, {"rollouts": [*b["rollouts"], b["rollouts"][0]]})
+    with pytest.raises(ValueError, match=r"lack \['predicted_level'\]"):
+        OB.paired(a, {"rollouts": [*b["rollouts"][:-1], {k: v for k, v in b["rollouts"][-1].items() if k != "predicted_level"}]})
     with pytest.raises(ValueError, match="no per-rollout list"):
         OB.paired(a, {"nominal": {}})
 
