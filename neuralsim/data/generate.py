@@ -124,28 +124,41 @@ class Rollout:
     expert_done: bool
 
 
+#: Per-frame ground-truth columns written beside an episode's frames, and their dtypes.
+GROUND_TRUTH_DTYPES = {"rubric_level": np.int8, "success": bool, "target_distance": np.float32}
+
+
+def _ground_truth_start(info: dict) -> dict[str, list]:
+    """The ground-truth columns opened with the reset's ``info`` (frame 0)."""
+    return {k: [info[k]] for k in GROUND_TRUTH_DTYPES}
+
+
+def _ground_truth_add(gt: dict[str, list], info: dict) -> None:
+    for k, col in gt.items():
+        col.append(info[k])
+
+
+def _ground_truth_arrays(gt: dict[str, list]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, GROUND_TRUTH_DTYPES[k]) for k, v in gt.items()}
+
+
 def run_expert(env, expert, seed: int, task: str | None, max_steps: int = 150,
                settle_steps: int = SETTLE_STEPS) -> Rollout:
     """Reset ``env`` (a SimDROIDEnv) to ``(seed, task)`` and roll ``expert`` out; see :class:`Rollout`."""
     obs, info = env.reset(seed=seed, options={"task": task} if task else None)
     expert.reset()
     initial = info
-    gt = {"rubric_level": [info["rubric_level"]], "success": [info["success"]],
-          "target_distance": [info["target_distance"]]}
+    gt = _ground_truth_start(info)
     steps, settle = 0, 0
     while steps < max_steps and settle <= settle_steps:
         obs, _, terminated, truncated, info = env.step(expert.act(obs))
         steps += 1
-        gt["rubric_level"].append(info["rubric_level"])
-        gt["success"].append(info["success"])
-        gt["target_distance"].append(info["target_distance"])
+        _ground_truth_add(gt, info)
         if expert.done:
             settle += 1
         if terminated or truncated:
             break
-    ground_truth = {"rubric_level": np.asarray(gt["rubric_level"], np.int8), "success": np.asarray(gt["success"], bool),
-                    "target_distance": np.asarray(gt["target_distance"], np.float32)}
-    return Rollout(env.episode(), info, initial, ground_truth, steps, bool(expert.done))
+    return Rollout(env.episode(), info, initial, _ground_truth_arrays(gt), steps, bool(expert.done))
 
 
 def replay_actions(env, seed: int, task: str | None, actions: np.ndarray) -> tuple[Rollout, bool]:
@@ -156,20 +169,16 @@ def replay_actions(env, seed: int, task: str | None, actions: np.ndarray) -> tup
     """
     obs, info = env.reset(seed=seed, options={"task": task} if task else None)
     initial = info
-    gt = {"rubric_level": [info["rubric_level"]], "success": [info["success"]],
-          "target_distance": [info["target_distance"]]}
+    gt = _ground_truth_start(info)
     fired, steps = False, 0
     for a in actions:
         obs, _, terminated, truncated, info = env.step(a)
         steps += 1
         fired = fired or any(p.get("changed", False) for p in info.get("perturbation", []))
-        for k in gt:
-            gt[k].append(info[k])
+        _ground_truth_add(gt, info)
         if terminated or truncated:
             break
-    ground_truth = {"rubric_level": np.asarray(gt["rubric_level"], np.int8), "success": np.asarray(gt["success"], bool),
-                    "target_distance": np.asarray(gt["target_distance"], np.float32)}
-    return Rollout(env.unwrapped.episode(), info, initial, ground_truth, steps, False), fired
+    return Rollout(env.unwrapped.episode(), info, initial, _ground_truth_arrays(gt), steps, False), fired
 
 
 def perturbation_for(plan: EpisodePlan, perturbation: str) -> str:
@@ -247,6 +256,8 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     distribution = params.get("distribution", "train")
     actor = params.get("actor", "expert")
     env = _worker_env(params["image_size"], distribution)
+    if params.get("perturbation"):  # the clean expert acts; its actions then go through the wrapper
+        plan = replace(plan, failure=None)
     if actor == "expert":
         expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
     else:  # a no-skill actor: no plan, no failure mode, no noise; it never says it is done
@@ -257,8 +268,6 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     if params.get("perturbation"):  # the clean expert to the horizon, then its actions through the wrapper
         from ..wrappers import apply_perturbation
 
-        plan = replace(plan, failure=None)
-        expert = ScriptedExpert(env, noise=plan.noise, failure=None, seed=plan.seed)
         clean = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["max_steps"])
         family = perturbation_for(plan, params["perturbation"])
         wrapped = apply_perturbation(env, family, severity=params["severity"], horizon=params["max_steps"])
