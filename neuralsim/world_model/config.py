@@ -64,7 +64,12 @@ class AutoencoderConfig:
     """The decoder's own ``layers_per_block`` (None: the same as the encoder's).  0 gives one ResNet
     per level instead of two: ~25% fewer decoder FLOPs, see :meth:`WorldModel.with_decoder_layers`."""
     latent_channels: int = 4
-    """Channels of the latent."""
+    """Channels of the latent (with ``residual_channels``, the base encoder's and the residual encoder's together)."""
+    residual_channels: int = 0
+    """The last ``residual_channels`` of ``latent_channels`` come from a second, residual encoder, made to carry
+    what the base encoder's latent loses (small objects' colour and place); 0: none.  Added to a trained model
+    by :meth:`~neuralsim.world_model.model.WorldModel.with_residual_channels`, which keeps every base latent
+    bit for bit, so the DiT trained on them stays valid."""
     norm_num_groups: int = 16
     """GroupNorm groups (must divide every entry of ``block_out_channels``)."""
     kl_weight: float = 1e-6
@@ -88,12 +93,21 @@ class AutoencoderConfig:
         self.reference_head_channels = int(self.reference_head_channels)
         if self.reference_head_channels < 0:
             raise ValueError(f"reference_head_channels must be >= 0 (0: no head), got {self.reference_head_channels}")
+        self.residual_channels = int(self.residual_channels)
+        if not 0 <= self.residual_channels < self.latent_channels:
+            raise ValueError(f"residual_channels must be in [0, latent_channels={self.latent_channels}), "
+                             f"got {self.residual_channels}")
         if self.image_size % self.downsample:
             raise ValueError(f"image_size={self.image_size} is not divisible by the downsampling {self.downsample}")
 
     @property
     def downsample(self) -> int:
         return 2 ** (len(self.block_out_channels) - 1)
+
+    @property
+    def base_channels(self) -> int:
+        """Channels of the base encoder's latent (``latent_channels - residual_channels``)."""
+        return self.latent_channels - self.residual_channels
 
     @property
     def decoder_depth(self) -> int:

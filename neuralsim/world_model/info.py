@@ -25,6 +25,7 @@ from typing import Any
 
 
 _PARTS = (("autoencoder.vae.encoder", "autoencoder encoder"), ("autoencoder.vae.quant_conv", "autoencoder encoder"),
+          ("autoencoder.res_encoder", "residual encoder"),
           ("autoencoder.vae.decoder", "autoencoder decoder"), ("autoencoder.vae.post_quant_conv", "autoencoder decoder"),
           ("autoencoder.ref_head", "reference head"), ("dit.", "DiT"), ("latent_", "latent stats"))
 
@@ -104,6 +105,7 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
         "architecture": {
             "image_size": ae.image_size, "views": dit.num_views, "latent": [ae.latent_size, ae.latent_size,
                                                                             ae.latent_channels],
+            "residual_latent_channels": ae.residual_channels,
             "decoder_layers_per_block": ae.decoder_depth, "reference_head_channels": ae.reference_head_channels,
             "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
@@ -134,7 +136,10 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         "  parameters: " + ", ".join(f"{k} {_count(v)}" for k, v in p.items() if k != "total")
         + f"; total {_count(p['total'])}",
         f"  views: {a['views']} x {a['image_size']}x{a['image_size']} -> latents "
-        f"{'x'.join(str(x) for x in a['latent'])}; decoder {a['decoder_layers_per_block']} layer(s) per block"
+        f"{'x'.join(str(x) for x in a['latent'])}"
+        + (f" ({a['residual_latent_channels']} of the channels from a residual encoder)"
+           if a.get("residual_latent_channels") else "")
+        + f"; decoder {a['decoder_layers_per_block']} layer(s) per block"
         + (f" + a reference head {a['reference_head_channels']} wide (refines views against the episode's first)"
            if a.get("reference_head_channels") else ""),
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "

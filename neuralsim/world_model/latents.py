@@ -30,7 +30,7 @@ LATENT_CACHE_DIR = ".latent_cache"
 
 
 #: State-dict prefixes of the autoencoder's weights that ``encode`` reads.
-ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.")
+ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.", "res_encoder.")
 
 
 def hash_weights(h, state_dict: dict, keep) -> None:

@@ -124,12 +124,14 @@ class WorldModel(nn.Module):
         return z * self._stat(self.latent_std) + self._stat(self.latent_mean)
 
     @torch.no_grad()
-    def set_latent_stats(self, latents: torch.Tensor) -> None:
-        """Per-channel mean/std from raw autoencoder latents (..., C, h, w)."""
+    def set_latent_stats(self, latents: torch.Tensor, channels: slice | None = None) -> None:
+        """Per-channel mean/std from raw autoencoder latents (..., C, h, w); ``channels`` (e.g. the residual
+        ones) sets only those, and leaves the others' statistics bit for bit."""
         c = latents.shape[-3]
         flat = latents.transpose(0, -3).reshape(c, -1) if latents.ndim > 3 else latents.reshape(c, -1)
-        self.latent_mean.copy_(flat.mean(dim=1))
-        self.latent_std.copy_(flat.std(dim=1).clamp_min(1e-4))
+        keep = slice(None) if channels is None else channels
+        self.latent_mean[keep] = flat.mean(dim=1)[keep].to(self.latent_mean)
+        self.latent_std[keep] = flat.std(dim=1).clamp_min(1e-4)[keep].to(self.latent_std)
 
     @torch.no_grad()
     def encode(self, views: torch.Tensor) -> torch.Tensor:
@@ -344,6 +346,56 @@ class WorldModel(nn.Module):
         own = new.state_dict()
         for name, t in self.state_dict().items():
             own[name].copy_(t)
+        return new.eval()
+
+    @torch.no_grad()
+    def with_residual_channels(self, channels: int) -> "WorldModel":
+        """A copy of this model whose latent gains ``channels`` residual channels (``AutoencoderConfig.residual_channels``).
+
+        A fresh residual encoder (initial weights from the global torch RNG) makes the new channels; everything
+        that reads latents learns of them through zero-initialised weights: the decoder's first convolution, the
+        reference head's first convolution, the DiT's patch embedding and its output layer (whose new rows give a
+        velocity of zero).  The base encoder and the base channels' statistics are copied bit for bit, so the copy
+        decodes, and its DiT predicts, exactly what this model does until it is trained.  The new channels'
+        statistics start at mean 0, std 1 (``recipe["residual_stats_fitted"]`` False: the DiT stage fits them).
+        """
+        channels = int(channels)
+        ae = self.config.autoencoder
+        if channels < 1:
+            raise ValueError(f"channels must be >= 1, got {channels}")
+        if ae.residual_channels:
+            raise ValueError(f"this model already has {ae.residual_channels} residual latent channels")
+        c0, c1 = ae.latent_channels, ae.latent_channels + channels
+        cfg = WorldModelConfig.from_dict(self.config.to_dict())
+        cfg.autoencoder = dataclasses.replace(cfg.autoencoder, latent_channels=c1, residual_channels=channels)
+        cfg.dit = dataclasses.replace(cfg.dit, latent_channels=c1)
+        cfg.recipe = {**cfg.recipe, "residual_stats_fitted": False}
+        new = type(self)(cfg).to(self.device)
+        own = new.state_dict()
+        pp = self.config.dit.patch_size ** 2
+        for name, t in self.state_dict().items():
+            dst = own[name]
+            if dst.shape == t.shape:
+                dst.copy_(t)
+                continue
+            dst.zero_()
+            if name == "autoencoder.vae.decoder.conv_in.weight":  # (ch, C, 3, 3): new input channels read nothing
+                dst[:, :c0] = t
+            elif name == "autoencoder.ref_head.body.0.weight":  # inputs: 9 image channels, z (C), z - z_ref (C), views
+                dst[:, :9 + c0] = t[:, :9 + c0]
+                dst[:, 9 + c1:9 + c1 + c0] = t[:, 9 + c0:9 + 2 * c0]
+                dst[:, 9 + 2 * c1:] = t[:, 9 + 2 * c0:]
+            elif name == "dit.patch_embed.weight":  # token = (C, p, p) flattened, channel-major
+                dst[:, :c0 * pp] = t
+            elif name in ("dit.final_out.weight", "dit.final_out.bias"):
+                dst[:c0 * pp] = t
+            elif name == "latent_mean":
+                dst[:c0] = t
+            elif name == "latent_std":
+                dst[:c0] = t
+                dst[c0:] = 1.0
+            else:
+                raise CheckpointError(f"{name}: shape {tuple(t.shape)} has no rule to become {tuple(dst.shape)}")
         return new.eval()
 
     @torch.no_grad()

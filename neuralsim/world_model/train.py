@@ -157,6 +157,11 @@ class TrainConfig:
     """Decoder stage with a reference head: pixels that differ from the episode's first frame weigh 1 + this in
     the loss instead of 1 (``ViewAutoencoder.decoder_loss``), so the head learns not to paint what moved where
     it stood.  0: every pixel alike."""
+    residual_channels: int = 0
+    """Autoencoder stage on an ``init_from`` model: give its latent this many residual channels
+    (:meth:`~neuralsim.world_model.model.WorldModel.with_residual_channels`) and train only the residual encoder
+    and the decoder; the base encoder, and so the latents the DiT was trained on, stay as they are.  0: train the
+    whole autoencoder."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -237,6 +242,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage decoder: train only the reference head (it refines each decoded view with the "
                              "episode's first, true view), adding a fresh one this many channels wide to a model "
                              "without one (default 0: none)")
+    parser.add_argument("--residual-channels", dest="residual_channels", type=int, default=d.residual_channels,
+                        help="--stage autoencoder with --init-from: add this many residual latent channels (a second "
+                             "encoder for what the base latent loses, e.g. small cubes) and train only them and the "
+                             "decoder; the base latents, and the DiT's use of them, are kept (default 0: none)")
     parser.add_argument("--change-weight", dest="change_weight", type=float, default=d.change_weight,
                         help="with a reference head: pixels that changed since the first frame weigh 1 + this in the "
                              "loss (default 0), so the head does not paint moved objects where they stood")
@@ -501,6 +510,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.reference_head and (cfg.stage != "decoder" or not cfg.init_from):
         raise ValueError("--reference-head adds a head to the decoder of a trained model; it needs --stage decoder "
                          f"and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if cfg.residual_channels < 0:
+        raise ValueError(f"--residual-channels is a number of latent channels (0: none), got {cfg.residual_channels}")
+    if cfg.residual_channels and (cfg.stage != "autoencoder" or not cfg.init_from):
+        raise ValueError("--residual-channels adds latent channels to a trained model's autoencoder; it needs --stage "
+                         f"autoencoder and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if not (math.isfinite(cfg.change_weight) and cfg.change_weight >= 0):
         raise ValueError(f"--change-weight must be >= 0, got {cfg.change_weight}")
     if cfg.change_weight and cfg.stage != "decoder":
@@ -572,6 +586,15 @@ def train(cfg: TrainConfig) -> dict:
             torch.manual_seed(cfg.seed)
             model.autoencoder.set_reference_head(cfg.reference_head)
             log.info("a fresh reference head, %d channels wide; only it trains", cfg.reference_head)
+        has = model.config.autoencoder.residual_channels
+        if cfg.residual_channels and has and has != cfg.residual_channels:
+            raise ValueError(f"{cfg.init_from} already has {has} residual latent channels; --residual-channels "
+                             f"{cfg.residual_channels} would need other ones (pass {has}, or start from a model without)")
+        if cfg.residual_channels and not has:
+            torch.manual_seed(cfg.seed)
+            model = model.with_residual_channels(cfg.residual_channels)
+            log.info("the latent gained %d residual channels (a fresh residual encoder; the decoder, reference head and "
+                     "DiT read them through zero-initialised weights)", cfg.residual_channels)
         if cfg.wrist_rays and not model.config.dit.wrist_rays:
             torch.manual_seed(cfg.seed)
             model = model.with_wrist_rays()
@@ -593,7 +616,10 @@ def train(cfg: TrainConfig) -> dict:
                          "--reference-head W")
     wm_cfg = model.config
     recipe = dict(wm_cfg.recipe)
-    trainable = {"autoencoder": {"autoencoder.": model.autoencoder},
+    ae_parts = ({"autoencoder.": model.autoencoder} if not cfg.residual_channels else  # the base encoder stays frozen
+                {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in
+                 ("autoencoder.res_encoder.", "autoencoder.vae.post_quant_conv.", "autoencoder.vae.decoder.")})
+    trainable = {"autoencoder": ae_parts,
                  "decoder": ({"autoencoder.ref_head.": model.autoencoder.ref_head} if cfg.reference_head else
                              {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in DECODER_PREFIXES
                               if prefix != "autoencoder.ref_head." or model.autoencoder.ref_head is not None}),
@@ -621,6 +647,9 @@ def train(cfg: TrainConfig) -> dict:
         if trainer["train_config"].get("reference_head", 0) != cfg.reference_head:
             raise ValueError(f"{out} holds a run with --reference-head {trainer['train_config'].get('reference_head', 0)}; "
                              f"refusing to resume it with {cfg.reference_head} (use the same, or another --out)")
+        if trainer["train_config"].get("residual_channels", 0) != cfg.residual_channels:
+            raise ValueError(f"{out} holds a run with --residual-channels {trainer['train_config'].get('residual_channels', 0)}; "
+                             f"refusing to resume it with {cfg.residual_channels} (use the same, or another --out)")
         if trainer["train_config"].get("rollout_share", 0.0) != cfg.rollout_share:
             raise ValueError(f"{out} holds a run with --rollout-share {trainer['train_config'].get('rollout_share', 0.0)}; "
                              f"refusing to resume it with {cfg.rollout_share} (use the same, or another --out)")
@@ -663,6 +692,12 @@ def train(cfg: TrainConfig) -> dict:
         model.set_latent_stats(z)
         recipe["latent_stats_fitted"] = True
         log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
+    if cfg.stage == "dit" and ckpt is None and recipe.get("residual_stats_fitted") is False:
+        base = wm_cfg.autoencoder.base_channels  # the base channels' statistics are what the DiT was trained with
+        z, _ = memo.get(list(range(min(len(dataset), 32))), device)
+        model.set_latent_stats(z, channels=slice(base, None))
+        recipe["residual_stats_fitted"] = True
+        log.info("residual latent stats: mean %s std %s", model.latent_mean[base:].tolist(), model.latent_std[base:].tolist())
 
     run_module = {"dit": model.dit, "autoencoder": _loss_module(model.autoencoder, "loss"),
                   "decoder": _loss_module(model.autoencoder, "decoder_loss")}[cfg.stage]
@@ -694,6 +729,7 @@ def train(cfg: TrainConfig) -> dict:
             **({"rollout_share": cfg.rollout_share, "rollout_seed": _rollout_seed(cfg), "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),
+            **({"residual_channels": cfg.residual_channels} if cfg.residual_channels else {}),
             **({"change_weight": cfg.change_weight} if cfg.change_weight else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
