@@ -686,18 +686,18 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.rollout_share:
         rollouts = rollout_latents(model, memo, dataset, cfg, progress=cfg.progress and is_main)
 
-    if cfg.stage == "dit" and ckpt is None and not recipe.get("latent_stats_fitted"):
-        n = min(len(dataset), 32)
-        z, _ = memo.get(list(range(n)), device)
-        model.set_latent_stats(z)
-        recipe["latent_stats_fitted"] = True
-        log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
-    if cfg.stage == "dit" and ckpt is None and recipe.get("residual_stats_fitted") is False:
-        base = wm_cfg.autoencoder.base_channels  # the base channels' statistics are what the DiT was trained with
+    fit_all = not recipe.get("latent_stats_fitted")
+    fit_residual = recipe.get("residual_stats_fitted") is False  # a model just given residual channels
+    if cfg.stage == "dit" and ckpt is None and (fit_all or fit_residual):
         z, _ = memo.get(list(range(min(len(dataset), 32))), device)
-        model.set_latent_stats(z, channels=slice(base, None))
-        recipe["residual_stats_fitted"] = True
-        log.info("residual latent stats: mean %s std %s", model.latent_mean[base:].tolist(), model.latent_std[base:].tolist())
+        # otherwise only the new channels: the base channels' statistics are what the DiT was trained with
+        first = 0 if fit_all else wm_cfg.autoencoder.base_channels
+        model.set_latent_stats(z, channels=slice(first, None))
+        recipe["latent_stats_fitted"] = True
+        if fit_residual:
+            recipe["residual_stats_fitted"] = True
+        log.info("latent stats%s: mean %s std %s", "" if fit_all else " of the residual channels",
+                 model.latent_mean[first:].tolist(), model.latent_std[first:].tolist())
 
     run_module = {"dit": model.dit, "autoencoder": _loss_module(model.autoencoder, "loss"),
                   "decoder": _loss_module(model.autoencoder, "decoder_loss")}[cfg.stage]
