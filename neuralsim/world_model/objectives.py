@@ -9,7 +9,9 @@ fixed order documented per objective, so fixed seeds give fixed losses.  Each ob
 ``(loss, metrics)``; the metrics are detached 0-dim tensors on the loss's device, read by the trainer
 only when it writes a log line (a read makes the host wait for a GPU).  Besides ``loss`` they hold
 ``loss_view<i>``, the same mean over view ``i``'s elements alone (views in the data's order, e.g.
-:data:`neuralsim.episode.VIEW_NAMES`): which camera the error comes from.
+:data:`neuralsim.episode.VIEW_NAMES`): which camera the error comes from, and ``loss_ch<c>``, the mean
+over latent channel ``c``'s elements alone: which channel it comes from (with residual channels, the
+last ``AutoencoderConfig.residual_channels`` of them).
 """
 
 from __future__ import annotations
@@ -103,9 +105,15 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
 
 
 def _per_view(err: torch.Tensor) -> dict:
-    """``loss_view<i>``: the mean of squared errors ``err`` (B, N, V, C, h, w) over view i's elements."""
-    per_view = err.detach().mean(dim=(0, 1, 3, 4, 5))
-    return {f"loss_view{i}": per_view[i] for i in range(per_view.shape[0])}
+    """``loss_view<i>`` and ``loss_ch<c>``: the mean of squared errors ``err`` (B, N, V, C, h, w) over
+    view i's elements and over latent channel c's elements."""
+    err = err.detach()
+    per_view = err.mean(dim=(0, 1, 3, 4, 5))
+    per_channel = err.mean(dim=(0, 1, 2, 4, 5))
+    return {
+        **{f"loss_view{i}": per_view[i] for i in range(per_view.shape[0])},
+        **{f"loss_ch{c}": per_channel[c] for c in range(per_channel.shape[0])},
+    }
 
 
 def _gdev(generator: torch.Generator | None) -> torch.device:

@@ -115,6 +115,11 @@ def test_p1_reduces_to_denoising_noisy_ground_truth(tiny_model):
     for i in range(views):
         assert torch.allclose(metrics[f"loss_view{i}"], err[:, :, i].mean(), rtol=1e-6)
     assert len({float(metrics[f"loss_view{i}"]) for i in range(views)}) == views
+    # and per latent channel: which channel (e.g. a residual one) the error comes from
+    channels = err.shape[3]
+    assert sorted(k for k in metrics if k.startswith("loss_ch")) == sorted(f"loss_ch{c}" for c in range(channels))
+    for c in range(channels):
+        assert torch.allclose(metrics[f"loss_ch{c}"], err[:, :, :, c].mean(), rtol=1e-6)
 
 
 def test_diffusion_forcing_losses_and_registry(tiny_model):
@@ -125,6 +130,8 @@ def test_diffusion_forcing_losses_and_registry(tiny_model):
         assert torch.isfinite(loss) and m["loss"] > 0
         per_view = torch.stack([m[f"loss_view{i}"] for i in range(cfg.dit.num_views)])
         assert torch.allclose(per_view.mean(), m["loss"], rtol=1e-5)  # views are equal in size
+        per_channel = torch.stack([m[f"loss_ch{c}"] for c in range(cfg.autoencoder.latent_channels)])
+        assert torch.allclose(per_channel.mean(), m["loss"], rtol=1e-5)  # and so are channels
     spy = _Spy(tiny_model.dit)
     diffusion_forcing_loss(spy, latents(cfg, 2, 4), conds(2, 4), cfg.schedule, torch.Generator().manual_seed(0),
                            discrete=True)
