@@ -527,6 +527,37 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
         assert torch.equal(z, want) and frames.shape[0] == 6
 
 
+def test_decoder_stage_learns_a_residual_models_rollouts(dataset, tmp_path):
+    """A model with residual latent channels: its rollouts carry all of them, and the decoder stage on them
+    trains the decoder alone (the residual encoder, like the base one, stays as it is)."""
+    import torch
+
+    from neuralsim.world_model.latents import LatentStore
+    from neuralsim.world_model.model import WorldModel
+    from neuralsim.world_model.rollouts import RolloutLatents
+    from neuralsim.world_model.train import train
+
+    root, base, cfg = _decoder_stage(dataset, tmp_path, rollout_share=1.0)
+    torch.manual_seed(4)
+    wide = _tiny_rolling_model().with_residual_channels(2)
+    with torch.no_grad():  # the zero-initialised inputs of the new channels, made to matter
+        for p in wide.dit.parameters():
+            p.add_(torch.randn(p.shape) * 0.05)
+        for p in wide.autoencoder.vae.decoder.conv_in.parameters():
+            p.add_(torch.randn(p.shape) * 0.05)
+    wide.save_pretrained(base)
+    train(cfg(tmp_path / "dec", steps=2))
+    a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(tmp_path / "dec" / "model")
+    channels = a.config.autoencoder.latent_channels
+    assert a.config.autoencoder.residual_channels == 2
+    roll = RolloutLatents(a, LatentStore(a.autoencoder, ClipDataset(root, clip_length=6, image_size=16), progress=False),
+                          seed=0, progress=False)
+    assert roll.latents.shape[-3] == channels and roll.latents[:, :, -2:].float().abs().max() > 0
+    changed = {k for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()) if not torch.equal(x, y)}
+    assert changed and all(k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")) for k in changed)
+    assert any(k.startswith("autoencoder.vae.decoder.conv_in.") for k in changed)
+
+
 def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(dataset, tmp_path):
     """``--reference-head W``: a fresh head joins the model and only it trains, each pair carrying its
     episode's first frame; the recipe and config say so; misuse and a resume with another width are refused."""
