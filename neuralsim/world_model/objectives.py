@@ -59,7 +59,7 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
     v = model(_with_context(x[:, :1], x_t), _t_with_context(t), cond)[:, 1:]
     err = (v.float() - (eps - x[:, 1:])).pow(2)
     loss = err.mean()
-    return loss, {"loss": loss.detach(), **_per_view(err)}
+    return loss, {"loss": loss.detach(), **_error_breakdown(err)}
 
 
 def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
@@ -101,10 +101,10 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
     x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
     err = (x[:, 1:] - x_hat).pow(2)
     loss = err.mean()
-    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **_per_view(err)}
+    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **_error_breakdown(err)}
 
 
-def _per_view(err: torch.Tensor) -> dict:
+def _error_breakdown(err: torch.Tensor) -> dict:
     """``loss_view<i>`` and ``loss_ch<c>``: the mean of squared errors ``err`` (B, N, V, C, h, w) over
     view i's elements and over latent channel c's elements."""
     err = err.detach()
