@@ -373,8 +373,9 @@ def test_concatenated_datasets_train_on_both_with_their_own_latent_caches(datase
         ConcatClipDataset([a, ClipDataset(idle, clip_length=4, image_size=16)])
 
 
-def _tiny_rolling_model(seed: int = 0):
-    """The tiny world model with a randomised DiT (AdaLN-Zero would make an untrained one predict zeros)."""
+def _tiny_rolling_model(seed: int = 0, residual_channels: int = 0):
+    """The tiny world model with a randomised DiT (AdaLN-Zero would make an untrained one predict zeros),
+    with ``residual_channels`` residual latent channels widened in first (so the DiT reads and writes them)."""
     import torch
 
     from neuralsim.world_model.config import preset
@@ -382,6 +383,8 @@ def _tiny_rolling_model(seed: int = 0):
 
     torch.manual_seed(seed)
     wm = WorldModel(preset("tiny")).eval()
+    if residual_channels:
+        wm = wm.with_residual_channels(residual_channels).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in wm.dit.parameters():
@@ -538,11 +541,9 @@ def test_decoder_stage_learns_a_residual_models_rollouts(dataset, tmp_path):
     from neuralsim.world_model.train import train
 
     root, base, cfg = _decoder_stage(dataset, tmp_path, rollout_share=1.0)
+    wide = _tiny_rolling_model(residual_channels=2)
     torch.manual_seed(4)
-    wide = _tiny_rolling_model().with_residual_channels(2)
-    with torch.no_grad():  # the zero-initialised inputs of the new channels, made to matter
-        for p in wide.dit.parameters():
-            p.add_(torch.randn(p.shape) * 0.05)
+    with torch.no_grad():  # the decoder's zero-initialised inputs of the new channels, made to matter
         for p in wide.autoencoder.vae.decoder.conv_in.parameters():
             p.add_(torch.randn(p.shape) * 0.05)
     wide.save_pretrained(base)
