@@ -74,6 +74,8 @@ PSNR_CAP_DB = 100.0
 #: Position error counted as "right": the cube's edge length [m].
 POSITION_TOLERANCE_M = 0.05
 QUICK_EPISODES = 4
+#: ``--conditioning``: how the world model is driven along a held-out episode (:class:`Config`).
+CONDITIONINGS = ("replay", "recorded")
 QUICK_OOD_EPISODES = 2
 #: Issue 4's targets on the held-out split (per-view mean, 64x64 views); the OOD split has none.
 TARGETS = {"ssim_in_horizon": 0.85, "ssim_beyond": 0.80, "psnr_in_horizon": 25.0, "share_below_5cm": 0.80}
@@ -195,6 +197,8 @@ class EvalEpisode:
     frames: np.ndarray  # (T, V, S, S, 3) uint8, VIEW_NAMES order
     actions: np.ndarray  # (T, 8): action after frame t (last row: hold)
     spec: Any  # neuralsim.envs.episodes.EpisodeSpec of frame 0
+    joint_position: np.ndarray | None = None  # (T, 7) the simulator's joint state at each frame
+    gripper_position: np.ndarray | None = None  # (T, 1) the measured gripper at each frame
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -239,7 +243,8 @@ def load_split(root: str | Path, image_size: int, max_episodes: int | None = Non
                            instruction=rec.get("instruction", ""),
                            metadata={"source": str(root), "episode_index": int(rec["episode_index"]),
                                      "seed": int(rec["seed"])})
-        out.append(EvalEpisode(int(rec["episode_index"]), rec, frames, ep.actions, spec))
+        out.append(EvalEpisode(int(rec["episode_index"]), rec, frames, ep.actions, spec,
+                               np.asarray(ep.joint_position, np.float64), np.asarray(ep.gripper_position, np.float64)))
     return out
 
 
@@ -279,6 +284,104 @@ def open_loop(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, batch_size:
         out += [frames[i, :len(e)] for i, e in enumerate(chunk)]
     bar.close()
     return out
+
+
+def recorded_conditioning(wm, episode: EvalEpisode) -> np.ndarray:
+    """(T, 7) float32: the world model's conditioning at each frame of ``episode`` from the *recorded* robot
+    state -- forward kinematics of the simulator's joints, and the gripper signal the model was trained on
+    (``WorldModelConfig.gripper_conditioning``: the measured position, or the command through the adapter's lag)."""
+    from neuralsim import kinematics as K
+    from neuralsim.world_model.latents import command_gripper_cond
+
+    if episode.joint_position is None or episode.gripper_position is None:
+        raise ValueError(f"episode {episode.index} has no recorded joint and gripper state (load it with load_split)")
+    cond = np.concatenate([K.forward_kinematics(episode.joint_position), episode.gripper_position.reshape(-1, 1)],
+                          axis=1).astype(np.float32)
+    if getattr(wm.config, "gripper_conditioning", "measured") == "command":
+        cond = command_gripper_cond(cond, episode.actions)
+    return cond
+
+
+def open_loop_recorded(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, batch_size: int = 8,
+                       context_window: int | None = None, denoising_steps: int | None = None,
+                       progress: bool = False) -> list[np.ndarray]:
+    """:func:`open_loop` with the conditioning of the recorded robot state (:func:`recorded_conditioning`) in place
+    of the env's replay of the recorded actions: RoboWorld's open-loop protocol (the ground-truth conditioning
+    sequence), which leaves out what the env's contact-free action adapter adds (``adapter_replay`` in the report).
+
+    Everything else is NeuralDROID's: the noise of env row ``seed + index`` of :func:`open_loop` (one standard
+    normal latent frame per step), window, denoising schedule, decoding against the first frame.
+    """
+    import torch
+    from gymnasium.utils import seeding
+    from tqdm import tqdm
+
+    from neuralsim.envs.neural_droid import denoising_schedule, draw_episode_and_noise_seed
+
+    window = wm.config.window if context_window is None else int(context_window)
+    schedule = denoising_schedule(wm.config.schedule, denoising_steps)
+    d = wm.config.dit
+    out: list[np.ndarray] = []
+    bar = tqdm(total=sum(len(e) - 1 for e in episodes), disable=not progress, desc="generating", unit="frame")
+    for start in range(0, len(episodes), batch_size):
+        chunk = list(episodes[start:start + batch_size])
+        conds = [recorded_conditioning(wm, e) for e in chunk]
+        b, length = len(chunk), max(len(e) for e in chunk)
+        state = wm.new_state(b, window=window, num_sink=0, device=wm.device)
+        # open_loop resets env row i with seed + index over the whole episode list: the same noise seed
+        gens = [torch.Generator().manual_seed(draw_episode_and_noise_seed(seeding.np_random(seed + e.index)[0],
+                                                                          len(episodes))[1]) for e in chunk]
+        views = np.stack([e.frames[0] for e in chunk])
+        frames = np.zeros((b, length, *views.shape[1:]), np.uint8)
+        frames[:, 0] = views
+        cond_at = lambda t: torch.from_numpy(np.stack([c[min(t, len(c) - 1)] for c in conds]))  # noqa: E731
+        with torch.inference_mode():
+            wm.reset(state, torch.arange(b), torch.from_numpy(views), cond_at(0))
+            for t in range(1, length):
+                noise = torch.cat([torch.randn((1, d.num_views, d.latent_channels, d.latent_size, d.latent_size),
+                                               generator=g) for g in gens]).to(wm.device)
+                latents = wm.generate(state, noise, cond_at(t).to(wm.device), schedule=schedule)
+                frames[:, t] = wm.decode(latents, state.reference()).cpu().numpy()
+                bar.update(sum(t < len(e) for e in chunk))
+        out += [frames[i, :len(e)] for i, e in enumerate(chunk)]
+    bar.close()
+    return out
+
+
+def adapter_replay_drift(episodes: Sequence[EvalEpisode]) -> dict[str, Any] | None:
+    """How far the env's action adapter, replaying each episode's recorded actions from its first state, ends from
+    the simulator's flange (xyz distance at the last frame).  The adapter knows no contacts: where the simulator's
+    arm is held back (pressed on the table, pushing a cube) the replay runs on, so the ``replay`` conditioning
+    already puts the arm -- and what it pushes -- elsewhere than the true frames, whatever the world model does.
+    None without recorded joint states."""
+    from neuralsim import kinematics as K
+    from neuralsim.envs import adapter as A
+
+    if any(e.joint_position is None for e in episodes):
+        return None
+    err, by_family = [], {}
+    for e in episodes:
+        q, _ = A.rollout(e.joint_position[:1], e.gripper_position[:1].reshape(1, 1), e.actions[None, :len(e) - 1])
+        d = float(np.linalg.norm(K.forward_kinematics(q[0, -1])[:3] - K.forward_kinematics(e.joint_position[-1])[:3]))
+        err.append(d)
+        by_family.setdefault(str(e.record.get("family") or e.record.get("task") or "episode"), []).append(d)
+    err_a = np.asarray(err)
+    return {"end_flange_error_m_mean": float(err_a.mean()), "end_flange_error_m_median": float(np.median(err_a)),
+            "share_below_5cm": float((err_a < POSITION_TOLERANCE_M).mean()),
+            "by_task_m_mean": {k: float(np.mean(v)) for k, v in sorted(by_family.items())},
+            "per_episode_m": [round(x, 4) for x in err]}
+
+
+def end_frame_scores(generated: Sequence[np.ndarray], episodes: Sequence[EvalEpisode]) -> dict[str, Any]:
+    """The last frame of each episode (however far past the windows it lies): its PSNR (mean over views) against
+    the true last frame, against that of frame 0 held still, and the share of episodes where the generated frame
+    scores *below* the held frame 0 -- rollouts that have lost the scene (e.g. dissolved into texture noise)."""
+    gen = np.array([psnr_frames(g[-1:], e.frames[-1:]).mean() for g, e in zip(generated, episodes)])
+    held = np.array([psnr_frames(e.frames[:1], e.frames[-1:]).mean() for e in episodes])
+    lost = gen < held
+    return {"psnr_mean": float(gen.mean()), "hold_first_frame_psnr_mean": float(held.mean()),
+            "share_lost": float(lost.mean()), "lost_episode_indices": [e.index for e, x in zip(episodes, lost) if x],
+            "per_episode_psnr": [round(float(x), 3) for x in gen]}
 
 
 def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int, batch_frames: int = 64) -> list[np.ndarray]:
@@ -404,6 +507,10 @@ class Config:
     threads: int | None = None
     out: str = str(DEFAULT_OUT)
     progress: bool = True
+    conditioning: str = "replay"
+    """``replay``: the env replays each episode's recorded actions through its action adapter (what a policy's
+    rollout gets); ``recorded``: the world model is conditioned on the recorded robot state itself
+    (:func:`open_loop_recorded`, RoboWorld's open-loop protocol)."""
     autoencoder_only: bool = False
     """Only the autoencoder's ceiling and the probe's round-trip floor (no DiT, no targets): compares
     autoencoders before a DiT is trained on one."""
@@ -419,8 +526,9 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
     if cfg.autoencoder_only:
         return evaluate_autoencoder(wm, episodes, probe)
     t0 = time.perf_counter()
-    generated = open_loop(wm, episodes, seed=cfg.seed, batch_size=cfg.batch_size, context_window=cfg.context_window,
-                          denoising_steps=cfg.denoising_steps, progress=cfg.progress)
+    roll = open_loop_recorded if cfg.conditioning == "recorded" else open_loop
+    generated = roll(wm, episodes, seed=cfg.seed, batch_size=cfg.batch_size, context_window=cfg.context_window,
+                     denoising_steps=cfg.denoising_steps, progress=cfg.progress)
     t_gen = time.perf_counter() - t0
     windows = Windows(wm.config.clip_length)
     res: dict[str, Any] = {"episodes": len(episodes), "episode_indices": [e.index for e in episodes],
@@ -429,6 +537,8 @@ def evaluate_split(wm, episodes: list[EvalEpisode], cfg: Config, probe) -> dict[
     res.update(frame_metrics(generated, [e.frames for e in episodes], windows))
     res["autoencoder_ceiling"] = autoencoder_ceiling(wm, episodes, windows)
     res["hold_first_frame"] = hold_first_frame(episodes, windows)
+    res["end_frame"] = end_frame_scores(generated, episodes)
+    res["adapter_replay"] = adapter_replay_drift(episodes)
     res["position"] = None if probe is None else position_errors(
         probe, episodes, generated, decoded_last=last_frames_round_trip(wm, episodes))
     res["by_group"] = group_scores(res, episodes)
@@ -638,6 +748,8 @@ def run(cfg: Config) -> dict[str, Any]:
 
     if not cfg.checkpoints:
         raise ValueError("give a world model: --checkpoint DIR or --compare DIR DIR ...")
+    if cfg.conditioning not in CONDITIONINGS:
+        raise ValueError(f"conditioning must be one of {CONDITIONINGS}, got {cfg.conditioning!r}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
@@ -687,7 +799,7 @@ def run(cfg: Config) -> dict[str, Any]:
             "position": "ObjectProbe xy of the target cube in the last frame vs the simulator's final pose",
             "position_tolerance_m": POSITION_TOLERANCE_M, "targets": TARGETS,
             "data": cfg.data, "ood_data": cfg.ood_data, "seed": cfg.seed, "quick": cfg.quick,
-            "autoencoder_only": cfg.autoencoder_only,
+            "autoencoder_only": cfg.autoencoder_only, "conditioning": cfg.conditioning,
             "context_window": cfg.context_window, "denoising_steps": cfg.denoising_steps,
             "batch_size": cfg.batch_size,
             "probe": cfg.probe if probe is not None else None,
@@ -726,6 +838,7 @@ def _per_view(vals: dict[str, float]) -> str:
 
 def format_table(report: dict[str, Any]) -> str:
     """The headline table: one row per (checkpoint, split), then per-view detail."""
+    cond = report.get("protocol", {}).get("conditioning", "replay")
     head = (f"{'model':<14}{'split':<9}{'eps':>4}  {'PSNR in':>8}{'PSNR 2x':>8}  {'SSIM in':>8}{'SSIM 2x':>8}"
             f"  {'pos err':>8}{'<5cm':>6}  {'probe floor':>11}")
     lines = [head, "-" * len(head)]
@@ -760,6 +873,17 @@ def format_table(report: dict[str, Any]) -> str:
                     if vals:
                         detail.append(f"  {entry['label']:<12} {split:<8} {metric} {w:<10} {_per_view(vals)}"
                                       f"  mean {vals['mean']:.4g}  (frame 0 held still: the no-skill floor)")
+            end = r.get("end_frame")
+            if end:
+                detail.append(f"  {entry['label']:<12} {split:<8} last frame: PSNR {end['psnr_mean']:.2f} dB (frame 0 "
+                              f"held still {end['hold_first_frame_psnr_mean']:.2f}); {100 * end['share_lost']:.0f}% of "
+                              f"the episodes end below frame 0 held still (lost the scene)")
+            drift = r.get("adapter_replay")
+            if drift:
+                detail.append(f"  {entry['label']:<12} {split:<8} the action adapter's replay ends the flange "
+                              f"{100 * drift['end_flange_error_m_mean']:.1f} cm from the simulator's (mean; "
+                              f"{100 * drift['share_below_5cm']:.0f}% within 5 cm; by task " + ", ".join(
+                                  f"{k} {100 * v:.1f} cm" for k, v in drift["by_task_m_mean"].items()) + ")")
             if pos.get("share_below_5cm_ci95"):
                 lo, hi = pos["share_below_5cm_ci95"]
                 detail.append(f"  {entry['label']:<12} {split:<8} cube within 5 cm at the end in "
@@ -788,6 +912,9 @@ def format_table(report: dict[str, Any]) -> str:
             if "targets_met" in r:
                 t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")
+    if not ae_only:
+        lines.append(f"(conditioning: {cond} -- " + ("the env replays the recorded actions)" if cond == "replay" else
+                                                     "the recorded robot state, not the env's action adapter)"))
     if ae_only:
         lines.append("(--autoencoder-only: PSNR / SSIM are each autoencoder's round trip of the true frames, the "
                      "position columns the probe on the round trip of the last frame)")
@@ -851,6 +978,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", dest="context_window", type=int, default=None, help="KV window (default: the model's)")
     p.add_argument("--denoising-steps", dest="denoising_steps", type=int, default=None,
                    help="denoising passes per frame (default: the model's S)")
+    p.add_argument("--conditioning", choices=CONDITIONINGS, default=d.conditioning,
+                   help="replay: the env replays the recorded actions through its action adapter (default); "
+                        "recorded: condition on the recorded robot state (RoboWorld's open-loop protocol)")
     p.add_argument("--probe", default=d.probe, help="object-probe directory (default %(default)s)")
     p.add_argument("--no-probe", dest="probe", action="store_const", const=None, help="skip the position metric")
     p.add_argument("--autoencoder-only", dest="autoencoder_only", action="store_true",

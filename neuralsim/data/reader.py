@@ -200,6 +200,24 @@ def load_episode(root: str | Path, record: dict[str, Any], image_size: int | Non
     return _load_simdroid(root, record, image_size)
 
 
+def read_actions(root: str | Path, record: dict[str, Any], layout: str | None = None) -> np.ndarray:
+    """The episode's actions (T, 8) float32, as :func:`load_episode` gives them, without decoding its videos
+    (SimDROID: one parquet column; real DROID reads the whole annotation)."""
+    root = Path(root)
+    layout = layout or detect_layout(root)
+    if layout == "droid_real":
+        return _load_droid_real(root, record, 16).actions
+    import pyarrow.parquet as pq
+
+    idx = int(record["episode_index"])
+    data_path = root / DATA_PATH.format(episode_index=idx)
+    if not data_path.is_file():
+        raise FileNotFoundError(f"episode {idx}: {str(data_path)!r} is missing")
+    table = pq.read_table(data_path, columns=["action"])
+    flat = table.column("action").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(flat, np.float32).reshape(-1, 8)
+
+
 def _load_simdroid(root: Path, record: dict, image_size: int | None) -> LoadedEpisode:
     import pyarrow.parquet as pq
 

@@ -164,6 +164,23 @@ def advance(state: AdapterState, actions: np.ndarray, action_mode: str = "joint_
     return nxt, hit_limit
 
 
+def gripper_trajectory(g0: float, commands: np.ndarray, coefficients: AdapterCoefficients = CALIBRATED) -> np.ndarray:
+    """The gripper state :func:`advance` gives NeuralDROID from ``g0`` under ``commands`` (T,) in [0, 1]: (T + 1,).
+
+    The env cannot know when an object stops the fingers, so its gripper follows the command alone: a grasped
+    cube reads 1.0 here where SimDROID measures ~0.35.  A world model with ``gripper_conditioning="command"``
+    is trained on this signal, computed from each recorded episode's gripper commands.
+    """
+    commands = np.clip(np.asarray(commands, np.float64).reshape(-1), 0.0, 1.0)
+    p = coefficients.gripper_pole
+    out = np.empty(len(commands) + 1)
+    out[0] = g = float(np.clip(g0, 0.0, 1.0))
+    for t, cmd in enumerate(commands):
+        g = min(max(p * g + (1.0 - p) * cmd, 0.0), 1.0)
+        out[t + 1] = g
+    return out
+
+
 def rollout(q0: np.ndarray, g0: np.ndarray, actions: np.ndarray, action_mode: str = "joint_velocity",
             coefficients: AdapterCoefficients = CALIBRATED) -> tuple[np.ndarray, np.ndarray]:
     """Open-loop joint and gripper trajectories: q0 (N, 7), g0 (N, 1), actions (N, T, 8) -> (N, T+1, 7), (N, T+1, 1)."""

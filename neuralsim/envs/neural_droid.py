@@ -115,6 +115,12 @@ def load_world_model(checkpoint=None, device: str = "cpu"):
     return WorldModel.from_pretrained(resolve_checkpoint(checkpoint), device=device)
 
 
+def draw_episode_and_noise_seed(rng: np.random.Generator, num_episodes: int) -> tuple[int, int]:
+    """What a reset draws from the env's ``rng``, in this order: the index of a random episode among
+    ``num_episodes`` (used when no episode is named) and the seed of the world model's noise for the episode."""
+    return int(rng.integers(num_episodes)), int(rng.integers(2**62))
+
+
 def denoising_schedule(trained: Sequence[float], steps: int | None) -> tuple[float, ...]:
     """Noise levels for ``steps`` denoising passes: always a subset of the trained levels.
 
@@ -257,8 +263,7 @@ class _Core:
     # ------------------------------------------------------------------ reset
     def resolve(self, episode, rng: np.random.Generator) -> tuple[EpisodeSpec, int]:
         """(spec at the model's resolution, world-model noise seed); draws from ``rng`` the same way always."""
-        index = int(rng.integers(len(self.episodes)))
-        noise_seed = int(rng.integers(2**62))
+        index, noise_seed = draw_episode_and_noise_seed(rng, len(self.episodes))
         spec = self.episodes[index] if episode is None else self.episodes.resolve(episode)
         return spec.resized(self.model_size), noise_seed
 

@@ -49,6 +49,9 @@ COND_DIM = 7
 #: Config format version written into every config.json.
 FORMAT_VERSION = 1
 
+#: Values of :attr:`WorldModelConfig.gripper_conditioning`.
+GRIPPER_CONDITIONINGS = ("measured", "command")
+
 
 @dataclass
 class AutoencoderConfig:
@@ -199,6 +202,12 @@ class WorldModelConfig:
     """Default inference window W: frames a query sees, itself included."""
     num_sink: int = 0
     """Default number of sink frames (the first frames of an episode, always kept)."""
+    gripper_conditioning: str = "measured"
+    """What the 7th conditioning entry was trained on: ``"measured"`` -- the recorded gripper position, which
+    an object in the fingers stops (~0.35 around a SimDROID cube) -- or ``"command"`` -- the gripper command
+    through the action adapter's lag (:func:`neuralsim.envs.adapter.gripper_trajectory`), the signal NeuralDROID
+    can give it at run time (RoboWorld conditions on the command too).  A ``measured`` model in the env reads
+    every closed grasp as an empty one (docs/FIDELITY.md, "Conditioning")."""
     recipe: dict[str, Any] = field(default_factory=dict)
     """Free-form record of the training that made the weights (objective, steps, data...)."""
     format_version: int = FORMAT_VERSION
@@ -226,6 +235,8 @@ class WorldModelConfig:
         if self.window < 1 or not 0 <= self.num_sink < self.window:
             raise ValueError(f"need window >= 1 and 0 <= num_sink < window, got window={self.window}, "
                              f"num_sink={self.num_sink}")
+        if self.gripper_conditioning not in GRIPPER_CONDITIONINGS:
+            raise ValueError(f"gripper_conditioning must be one of {GRIPPER_CONDITIONINGS}, got {self.gripper_conditioning!r}")
         if self.format_version != FORMAT_VERSION:
             raise ValueError(f"config format_version {self.format_version} is not supported (expected {FORMAT_VERSION})")
 

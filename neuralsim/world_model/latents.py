@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import GRIPPER_CONDITIONINGS
+
 log = logging.getLogger(__name__)
 
 LATENT_CACHE_DIR = ".latent_cache"
@@ -82,6 +84,19 @@ def write_npz(path: Path, what: str, **arrays: np.ndarray) -> bool:
         return False
 
 
+def command_gripper_cond(cond: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """``cond`` (T, 7) of one episode (or clip) with its gripper entry replaced by the gripper command through the
+    action adapter's lag, started from the measured gripper of its first frame (what NeuralDROID feeds the world
+    model; ``WorldModelConfig.gripper_conditioning="command"``).  ``actions`` (T, 8): the action after each frame."""
+    from neuralsim.envs.adapter import gripper_trajectory
+
+    cond = np.array(cond, dtype=np.float32, copy=True)
+    if len(actions) < len(cond) - 1:
+        raise ValueError(f"{len(cond)} conditioning rows need {len(cond) - 1} actions, got {len(actions)}")
+    cond[:, 6] = gripper_trajectory(cond[0, 6], np.asarray(actions)[:len(cond) - 1, 7])
+    return cond
+
+
 class WindowedLatents:
     """Per-episode latents concatenated into one tensor, served by dataset window.
 
@@ -121,10 +136,15 @@ class LatentStore(WindowedLatents):
         progress: show a progress bar while encoding.
     """
 
-    def __init__(self, autoencoder, dataset, device="cpu", chunk: int = 64, progress: bool = True):
+    def __init__(self, autoencoder, dataset, device="cpu", chunk: int = 64, progress: bool = True,
+                 gripper: str = "measured"):
         import torch
 
-        from neuralsim.data.reader import load_episode
+        from neuralsim.data.reader import load_episode, read_actions
+
+        if gripper not in GRIPPER_CONDITIONINGS:
+            raise ValueError(f"gripper must be one of {GRIPPER_CONDITIONINGS}, got {gripper!r}")
+        self.gripper = gripper
 
         self.dataset = dataset
         self.fingerprint = autoencoder_fingerprint(autoencoder, dataset.image_size)
@@ -152,6 +172,8 @@ class LatentStore(WindowedLatents):
                 encoded += 1
                 if writable:
                     writable = write_npz(path, "latent", latents=z, cond=cond)
+            if gripper == "command":  # the cache keeps the measured gripper; the command is cheap to redo
+                cond = command_gripper_cond(cond, read_actions(dataset.root, rec, dataset.layout))
             latents.append(z)
             conds.append(cond)
         if not latents:

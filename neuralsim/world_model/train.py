@@ -162,6 +162,9 @@ class TrainConfig:
     (:meth:`~neuralsim.world_model.model.WorldModel.with_residual_channels`) and train only the residual encoder
     and the decoder; the base encoder, and so the latents the DiT was trained on, stay as they are.  0: train the
     whole autoencoder."""
+    gripper_conditioning: str | None = None
+    """DiT stage: train the DiT on this gripper signal (``WorldModelConfig.gripper_conditioning``: ``"measured"``
+    or ``"command"``), switching an ``init_from`` model's to it; None keeps the model's (a fresh model: measured)."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -171,7 +174,7 @@ class TrainConfig:
 # ----------------------------------------------------------------------------- CLI
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``neuralsim train`` options to ``parser``."""
-    from .config import PRESETS
+    from .config import GRIPPER_CONDITIONINGS, PRESETS
     from .objectives import OBJECTIVES
 
     d = TrainConfig()
@@ -249,6 +252,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--change-weight", dest="change_weight", type=float, default=d.change_weight,
                         help="with a reference head: pixels that changed since the first frame weigh 1 + this in the "
                              "loss (default 0), so the head does not paint moved objects where they stood")
+    parser.add_argument("--gripper-conditioning", dest="gripper_conditioning", choices=GRIPPER_CONDITIONINGS,
+                        default=d.gripper_conditioning,
+                        help="--stage dit: the gripper signal the DiT is conditioned on: 'measured' (the recorded "
+                             "position, stopped by a grasped object) or 'command' (the gripper command through the "
+                             "action adapter, what NeuralDROID gives it); default: the --init-from model's")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -326,9 +334,15 @@ def real_droid_roots(spec: str) -> list[str]:
     return out
 
 
-def fetch_clips(dataset, indices: list[int], image_size: int):
-    """Stack dataset items: uint8 frames (B, T, V, H, W, 3) and cond (B, T, 7)."""
+def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "measured"):
+    """Stack dataset items: uint8 frames (B, T, V, H, W, 3) and cond (B, T, 7).
+
+    ``gripper="command"``: the gripper entry is the command through the adapter's lag, started from the clip's
+    first measured gripper (:func:`~neuralsim.world_model.latents.command_gripper_cond`)."""
+    import numpy as np
     import torch
+
+    from .latents import command_gripper_cond
 
     frames, conds = [], []
     for i in indices:
@@ -340,7 +354,10 @@ def fetch_clips(dataset, indices: list[int], image_size: int):
         cart = torch.as_tensor(item["cartesian_position"], dtype=torch.float32)
         grip = torch.as_tensor(item["gripper_position"], dtype=torch.float32).reshape(len(cart), 1)
         frames.append(f)
-        conds.append(torch.cat([cart, grip], dim=-1))
+        cond = torch.cat([cart, grip], dim=-1)
+        if gripper == "command":
+            cond = torch.from_numpy(command_gripper_cond(cond.numpy(), np.asarray(item["actions"])))
+        conds.append(cond)
     return torch.stack(frames), torch.stack(conds)
 
 
@@ -357,7 +374,8 @@ class LatentMemo:
         batch = {i: self.store[i] for i in indices if i in self.store}
         todo = sorted({i for i in indices if i not in batch})
         if todo:
-            frames, cond = fetch_clips(self.dataset, todo, self.image_size)
+            frames, cond = fetch_clips(self.dataset, todo, self.image_size,
+                                       getattr(self.model.config, "gripper_conditioning", "measured"))
             with torch.no_grad():
                 z = self.model.autoencoder.encode(frames.to(device)).to("cpu").half()  # (b, T, V, C, h, w)
             for j, i in enumerate(todo):
@@ -474,7 +492,7 @@ def train(cfg: TrainConfig) -> dict:
     import numpy as np
     import torch
 
-    from .config import preset
+    from .config import GRIPPER_CONDITIONINGS, preset
     from .info import count_key as recipe_count_key
     from .model import DECODER_PREFIXES, WorldModel, load_safetensors
     from .objectives import get_objective
@@ -519,6 +537,10 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--change-weight must be >= 0, got {cfg.change_weight}")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
+    if cfg.gripper_conditioning is not None and cfg.gripper_conditioning not in GRIPPER_CONDITIONINGS:
+        raise ValueError(f"--gripper-conditioning must be one of {GRIPPER_CONDITIONINGS}, got {cfg.gripper_conditioning!r}")
+    if cfg.gripper_conditioning is not None and cfg.stage != "dit":
+        raise ValueError(f"--gripper-conditioning changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
@@ -569,6 +591,9 @@ def train(cfg: TrainConfig) -> dict:
                              "use another --out or --no-resume")
         if cfg.wrist_rays and not model.config.dit.wrist_rays:
             raise ValueError(f"{out} holds a run whose DiT has no wrist rays; use another --out or --no-resume")
+        if cfg.gripper_conditioning is not None and cfg.gripper_conditioning != model.config.gripper_conditioning:
+            raise ValueError(f"{out} holds a run conditioned on the {model.config.gripper_conditioning} gripper; refusing "
+                             f"to resume it with --gripper-conditioning {cfg.gripper_conditioning} (use another --out)")
     elif cfg.init_from:
         model = WorldModel.from_pretrained(cfg.init_from)
         log.info("initialised from %s (its config wins over --config)", cfg.init_from)
@@ -610,6 +635,10 @@ def train(cfg: TrainConfig) -> dict:
         wm_config = preset(cfg.config)
         wm_config.dit = fresh_dit()
         model = WorldModel(wm_config)
+    if ckpt is None and cfg.gripper_conditioning is not None \
+            and cfg.gripper_conditioning != model.config.gripper_conditioning:
+        log.info("the DiT's gripper conditioning: %s -> %s", model.config.gripper_conditioning, cfg.gripper_conditioning)
+        model.config.gripper_conditioning = cfg.gripper_conditioning
     model.to(device)
     if cfg.change_weight and model.autoencoder.ref_head is None:
         raise ValueError("--change-weight weighs the reference head's loss, and this model has none; add one with "
@@ -673,12 +702,13 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.latent_disk_cache and hasattr(dataset, "parts"):
             from .latents import ConcatLatents, LatentStore
 
-            memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device, progress=cfg.progress and is_main)
-                                           for part in dataset.parts])
+            memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device, progress=cfg.progress and is_main,
+                                                       gripper=wm_cfg.gripper_conditioning) for part in dataset.parts])
         elif cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
             from .latents import LatentStore
 
-            memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main)
+            memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main,
+                               gripper=wm_cfg.gripper_conditioning)
         else:
             memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips)
 
@@ -726,6 +756,7 @@ def train(cfg: TrainConfig) -> dict:
             **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
             **({"wrist_rays": True} if cfg.wrist_rays else {}),
+            **({"gripper_conditioning": cfg.gripper_conditioning} if cfg.gripper_conditioning else {}),
             **({"rollout_share": cfg.rollout_share, "rollout_seed": _rollout_seed(cfg), "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),

@@ -3,6 +3,7 @@ SimDROID splits."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -182,6 +183,79 @@ def test_open_loop_starts_from_the_episode_and_is_seeded(tiny_checkpoint, splits
         assert F.psnr_frames(g, s).min() > 40
 
 
+def test_recorded_conditioning_drives_the_model_exactly_as_the_env_does(tiny_checkpoint, splits):
+    """``--conditioning recorded`` rolls the model out itself: fed the very states the env's adapter reaches, it must
+    give the env's frames bit for bit (same noise, window, schedule, decoding); fed the simulator's, other frames."""
+    from neuralsim import kinematics as K
+    from neuralsim.envs import adapter as A
+    from neuralsim.envs.neural_droid import load_world_model
+
+    wm = load_world_model(tiny_checkpoint)
+    eps = F.load_split(splits["heldout"], wm.config.autoencoder.image_size)
+    assert eps[0].joint_position.shape == (len(eps[0]), 7) and eps[0].gripper_position.shape == (len(eps[0]), 1)
+    np.testing.assert_allclose(F.recorded_conditioning(wm, eps[0])[:, :6], K.forward_kinematics(eps[0].joint_position),
+                               atol=1e-6)
+    as_replayed = []
+    for e in eps:
+        q, g = A.rollout(e.joint_position[:1], e.gripper_position[:1], e.actions[None, :len(e) - 1])
+        as_replayed.append(dataclasses.replace(e, joint_position=q[0], gripper_position=g[0]))
+    env = F.open_loop(wm, eps, seed=5, batch_size=2)
+    mine = F.open_loop_recorded(wm, as_replayed, seed=5, batch_size=2)
+    for a, b in zip(env, mine):
+        np.testing.assert_array_equal(a, b)
+    # the simulator's own states differ from the adapter's replay, and so do the frames
+    recorded = F.open_loop_recorded(wm, eps, seed=5, batch_size=1)
+    assert any((a != b).any() for a, b in zip(env, recorded))
+    for g, e in zip(recorded, eps):
+        assert g.shape == e.frames.shape
+        np.testing.assert_array_equal(g[0], e.frames[0])
+
+
+def test_command_models_are_conditioned_on_the_gripper_command(tiny_checkpoint, splits):
+    from neuralsim.envs import adapter as A
+    from neuralsim.envs.neural_droid import load_world_model
+
+    wm = load_world_model(tiny_checkpoint)
+    e = F.load_split(splits["heldout"], wm.config.autoencoder.image_size)[0]
+    measured = F.recorded_conditioning(wm, e)
+    np.testing.assert_allclose(measured[:, 6], e.gripper_position[:, 0], atol=1e-6)
+    wm.config.gripper_conditioning = "command"
+    try:
+        command = F.recorded_conditioning(wm, e)
+    finally:
+        wm.config.gripper_conditioning = "measured"
+    np.testing.assert_array_equal(command[:, :6], measured[:, :6])
+    _, g = A.rollout(e.joint_position[:1], e.gripper_position[:1], e.actions[None, :len(e) - 1])
+    np.testing.assert_allclose(command[:, 6], g[0, :, 0], atol=1e-6)  # what the env's adapter feeds the model
+
+
+def test_end_frame_flags_rollouts_worse_than_holding_frame_0(splits):
+    eps = F.load_split(splits["heldout"], 16)
+    rng = np.random.default_rng(0)
+    good = [e.frames.copy() for e in eps]
+    lost = [e.frames.copy() for e in eps]
+    lost[1][-1] = rng.integers(0, 256, lost[1][-1].shape, dtype=np.uint8)  # the scene dissolved into noise
+    ok = F.end_frame_scores(good, eps)
+    assert ok["share_lost"] == 0.0 and ok["psnr_mean"] == F.PSNR_CAP_DB
+    bad = F.end_frame_scores(lost, eps)
+    assert bad["share_lost"] == 0.5 and bad["lost_episode_indices"] == [eps[1].index]
+    assert bad["per_episode_psnr"][1] < bad["hold_first_frame_psnr_mean"] <= F.PSNR_CAP_DB
+
+
+def test_adapter_replay_drift_measures_the_replay_against_the_simulator(splits):
+    eps = F.load_split(splits["heldout"], 16)
+    drift = F.adapter_replay_drift(eps)
+    assert len(drift["per_episode_m"]) == 2 and drift["end_flange_error_m_mean"] >= 0.0
+    assert set(drift["by_task_m_mean"]) == {str(e.record["family"]) for e in eps}
+    # an episode whose recorded joints are the adapter's own replay has no drift at all
+    from neuralsim.envs import adapter as A
+
+    e = eps[0]
+    q, g = A.rollout(e.joint_position[:1], e.gripper_position[:1], e.actions[None, :len(e) - 1])
+    assert F.adapter_replay_drift([dataclasses.replace(e, joint_position=q[0])])["end_flange_error_m_mean"] < 1e-9
+    assert F.adapter_replay_drift([dataclasses.replace(e, joint_position=None)]) is None
+
+
 def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp_path):
     out = tmp_path / "fidelity.json"
     cfg = F.Config(checkpoints=[str(tiny_checkpoint)], data=str(splits["heldout"]), ood_data=str(splits["ood"]),
@@ -220,7 +294,11 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert groups[family]["psnr_in_horizon"] == pytest.approx(
         np.mean([held["psnr"]["per_episode"]["in_horizon"]["mean"][k] for k in members]))
     assert 0.0 <= groups[family]["share_below_5cm"] <= 1.0
+    assert report["protocol"]["conditioning"] == "replay"
+    assert 0.0 <= held["end_frame"]["share_lost"] <= 1.0 and len(held["end_frame"]["per_episode_psnr"]) == 2
+    assert len(held["adapter_replay"]["per_episode_m"]) == 2
     table = F.format_table(report)
+    assert "conditioning: replay" in table and "lost the scene" in table and "action adapter's replay" in table
     assert entry["label"] in table and "heldout" in table and "ood" in table and "autoencoder ceiling" in table
     assert "frame 0 held still" in table
     assert f"{family} " in table and "episode means" in table

@@ -249,6 +249,43 @@ def test_latent_store_encodes_once_and_serves_windows(dataset, tmp_path):
     assert LatentStore(ae, ds, progress=False).fingerprint != store.fingerprint
 
 
+def test_latent_store_can_serve_the_gripper_command_instead_of_the_measured_gripper(dataset, tmp_path):
+    """``gripper="command"``: the conditioning's gripper is the recorded commands through the adapter's lag, from
+    each episode's first measured gripper (what NeuralDROID feeds the model); the pose entries and the latents are
+    the measured store's, and the disk cache keeps the measured gripper."""
+    import shutil
+
+    import torch
+
+    from neuralsim.data.reader import load_episode, read_actions
+    from neuralsim.envs.adapter import gripper_trajectory
+    from neuralsim.world_model.config import preset
+    from neuralsim.world_model.latents import LatentStore, command_gripper_cond
+    from neuralsim.world_model.model import WorldModel
+
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root)
+    torch.manual_seed(0)
+    ae = WorldModel(preset("tiny")).autoencoder.eval()
+    ds = ClipDataset(root, clip_length=6, image_size=16)
+    measured = LatentStore(ae, ds, progress=False)
+    command = LatentStore(ae, ds, progress=False, gripper="command")
+    assert LatentStore(ae, ds, progress=False).cond.equal(measured.cond)  # the cache was not rewritten
+    torch.testing.assert_close(command.latents, measured.latents)
+    torch.testing.assert_close(command.cond[:, :6], measured.cond[:, :6])
+    for pos, rec in enumerate(ds.records):
+        ep = load_episode(root, rec)
+        np.testing.assert_array_equal(read_actions(root, rec), ep.actions)
+        rows = slice(int(command.offsets[pos]), int(command.offsets[pos] + command.lengths[pos]))
+        want = gripper_trajectory(ep.gripper_position[0, 0], ep.actions[:-1, 7])
+        np.testing.assert_allclose(command.cond[rows, 6].numpy(), want, atol=1e-6)
+        np.testing.assert_allclose(measured.cond[rows, 6].numpy(), ep.gripper_position[:, 0])
+    with pytest.raises(ValueError, match="need 4 actions"):
+        command_gripper_cond(np.zeros((5, 7), np.float32), np.zeros((3, 8)))
+    with pytest.raises(ValueError, match="gripper must be one of"):
+        LatentStore(ae, ds, progress=False, gripper="closed")
+
+
 def test_full_horizon_runs_past_the_experts_finish():
     """settle_steps >= max_steps (``--full-horizon``) keeps stepping, arm idle, until max_steps."""
     from neuralsim.envs.experts import ScriptedExpert

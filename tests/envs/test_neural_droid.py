@@ -514,3 +514,20 @@ def test_gym_make_by_module_id_in_fresh_process(tiny_checkpoint):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["NeuralDROIDEnv", "NeuralDROIDVectorEnv", "150"]
+
+
+def test_gripper_trajectory_is_the_gripper_the_env_feeds_the_world_model():
+    """``adapter.gripper_trajectory`` (what a ``command``-conditioned world model trains on) is the gripper that
+    ``advance`` -- and so NeuralDROID's conditioning -- follows under the same commands, clipping included."""
+    rng = np.random.default_rng(0)
+    commands = np.concatenate([np.zeros(5), np.ones(8), rng.uniform(-0.5, 1.5, 12)])
+    state = A.AdapterState.at_rest(K.RESET_JOINT_POSITION[None], np.array([[0.3]]))
+    stepped = [0.3]
+    for cmd in commands:
+        action = np.zeros((1, 8))
+        action[0, 7] = np.clip(cmd, 0.0, 1.0)  # the env clips actions into the action space first
+        state, _ = A.advance(state, action)
+        stepped.append(float(state.gripper_position[0, 0]))
+    traj = A.gripper_trajectory(0.3, commands)
+    np.testing.assert_allclose(traj, stepped, atol=1e-12)
+    assert traj.shape == (len(commands) + 1,) and traj[12] > 0.95  # closes on a steady command: nothing stops it

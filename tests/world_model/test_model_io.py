@@ -163,6 +163,13 @@ def test_config_validation():
 
     with pytest.raises(ValueError, match="strictly increasing"):
         WorldModelConfig.from_dict(cfg)
+    cfg = preset("tiny").to_dict()
+    cfg["gripper_conditioning"] = "closed"
+    with pytest.raises(ValueError, match="gripper_conditioning must be one of"):
+        WorldModelConfig.from_dict(cfg)
+    # configs written before the field (every model up to v19) were trained on the measured gripper
+    del cfg["gripper_conditioning"]
+    assert WorldModelConfig.from_dict(cfg).gripper_conditioning == "measured"
 
 
 def test_import_neuralsim_world_model_is_light():

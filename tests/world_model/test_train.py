@@ -353,6 +353,65 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     assert [s for s, _ in _losses(out)] == [3]  # nothing is logged from the bad step on
 
 
+def test_gripper_conditioning_option_switches_an_init_from_model_to_the_command(tmp_path, monkeypatch):
+    """``--gripper-conditioning command`` on an ``--init-from`` model: the config and recipe record the switch,
+    the objective gets clips whose gripper entry is the command through the adapter's lag (the poses unchanged),
+    a resume keeps it, and a resume asking for the other signal, or another stage, is refused."""
+    from neuralsim.world_model import objectives
+
+    real = objectives.get_objective
+    seen = []
+
+    def spying(name):
+        loss_fn, kw = real(name)
+
+        def spy(model, x, cond, *a, **k):
+            seen.append(cond.detach().clone())
+            return loss_fn(model, x, cond, *a, **k)
+        return spy, kw
+
+    base = tmp_path / "base"
+    train(_cfg(base, steps=2))
+    assert WorldModel.from_pretrained(base / "model").config.gripper_conditioning == "measured"
+    monkeypatch.setattr(objectives, "get_objective", spying)
+    plain, cmd = tmp_path / "plain", tmp_path / "cmd"
+    train(_cfg(plain, steps=3, init_from=str(base / "model")))
+    n = len(seen)
+    train(_cfg(cmd, steps=3, init_from=str(base / "model"), gripper_conditioning="command"))
+    assert len(seen) == 2 * n
+    for a, b in zip(seen[:n], seen[n:]):  # the same batches, another gripper signal
+        torch.testing.assert_close(b[..., :6], a[..., :6])
+    assert any(not torch.equal(a[..., 6], b[..., 6]) for a, b in zip(seen[:n], seen[n:]))
+    monkeypatch.setattr(objectives, "get_objective", real)
+    m = WorldModel.from_pretrained(cmd / "model")
+    assert m.config.gripper_conditioning == "command"
+    assert m.config.recipe["stages"][-1]["gripper_conditioning"] == "command"
+    train(_cfg(cmd, steps=4))  # a resume without the option keeps the run's signal
+    assert WorldModel.from_pretrained(cmd / "model").config.gripper_conditioning == "command"
+    with pytest.raises(ValueError, match="conditioned on the command gripper"):
+        train(_cfg(cmd, steps=5, gripper_conditioning="measured"))
+    with pytest.raises(ValueError, match="needs --stage dit"):
+        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), gripper_conditioning="command"))
+
+
+def test_fetch_clips_can_give_the_gripper_command():
+    import numpy as np
+
+    from neuralsim.envs.adapter import gripper_trajectory
+    from neuralsim.world_model.synthetic import SyntheticClipDataset
+    from neuralsim.world_model.train import fetch_clips
+
+    ds = SyntheticClipDataset(4, clip_length=6, image_size=16)
+    _, measured = fetch_clips(ds, [0, 1], 16)
+    _, command = fetch_clips(ds, [0, 1], 16, gripper="command")
+    torch.testing.assert_close(command[..., :6], measured[..., :6])
+    for j in range(2):
+        item = ds[j]
+        want = gripper_trajectory(float(item["gripper_position"][0, 0]), item["actions"][:-1, 7].numpy())
+        np.testing.assert_allclose(command[j, :, 6].numpy(), want, atol=1e-6)
+    assert not torch.equal(command[..., 6], measured[..., 6])
+
+
 def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path, caplog):
     """``--wrist-rays`` with ``--init-from``: the model gains the zero-initialised ray embedding, so its first
     loss equals the same run's without the option; training then moves the embedding, and the config and
