@@ -199,20 +199,27 @@ def test_frame_cache_is_written_reused_and_rebuilt(dataset, tmp_path):
     assert np.array_equal(np.load(cache), direct)
 
 
-def test_latent_store_encodes_once_and_serves_windows(dataset, tmp_path):
+def _copy_with_tiny_autoencoder(dataset, tmp_path):
+    """(a writable copy of ``dataset``, a seeded tiny autoencoder, the copy's 6-frame 16x16 ClipDataset)."""
     import shutil
 
     import torch
 
     from neuralsim.world_model.config import preset
-    from neuralsim.world_model.latents import LATENT_CACHE_DIR, LatentStore
     from neuralsim.world_model.model import WorldModel
 
     root = tmp_path / "copy"
     shutil.copytree(dataset, root)
     torch.manual_seed(0)
-    ae = WorldModel(preset("tiny")).autoencoder.eval()
-    ds = ClipDataset(root, clip_length=6, image_size=16)
+    return root, WorldModel(preset("tiny")).autoencoder.eval(), ClipDataset(root, clip_length=6, image_size=16)
+
+
+def test_latent_store_encodes_once_and_serves_windows(dataset, tmp_path):
+    import torch
+
+    from neuralsim.world_model.latents import LATENT_CACHE_DIR, LatentStore
+
+    root, ae, ds = _copy_with_tiny_autoencoder(dataset, tmp_path)
     store = LatentStore(ae, ds, progress=False)
     files = sorted((root / LATENT_CACHE_DIR / store.fingerprint).glob("episode_*.npz"))
     assert len(files) == len(list_episodes(root))
@@ -253,21 +260,13 @@ def test_latent_store_can_serve_the_gripper_command_instead_of_the_measured_grip
     """``gripper="command"``: the conditioning's gripper is the recorded commands through the adapter's lag, from
     each episode's first measured gripper (what NeuralDROID feeds the model); the pose entries and the latents are
     the measured store's, and the disk cache keeps the measured gripper."""
-    import shutil
-
     import torch
 
     from neuralsim.data.reader import load_episode, read_actions
     from neuralsim.envs.adapter import gripper_trajectory
-    from neuralsim.world_model.config import preset
     from neuralsim.world_model.latents import LatentStore, command_gripper_cond
-    from neuralsim.world_model.model import WorldModel
 
-    root = tmp_path / "copy"
-    shutil.copytree(dataset, root)
-    torch.manual_seed(0)
-    ae = WorldModel(preset("tiny")).autoencoder.eval()
-    ds = ClipDataset(root, clip_length=6, image_size=16)
+    root, ae, ds = _copy_with_tiny_autoencoder(dataset, tmp_path)
     measured = LatentStore(ae, ds, progress=False)
     command = LatentStore(ae, ds, progress=False, gripper="command")
     assert LatentStore(ae, ds, progress=False).cond.equal(measured.cond)  # the cache was not rewritten
