@@ -17,7 +17,10 @@ Protocol (``docs/FIDELITY.md`` has the reasoning and the results table):
   recorded actions from it: the env's action adapter integrates them and feeds the flange pose +
   gripper (forward kinematics) to the world model, as in any policy rollout.  Env row ``i`` is reset
   with seed ``--seed + episode_index``, so results do not depend on the batch size (up to float
-  rounding of batched products).
+  rounding of batched products).  ``--conditioning recorded`` drives the model with the recorded
+  robot state instead (:func:`open_loop_recorded`, RoboWorld's open-loop protocol): the adapter
+  knows no contacts, and its replay of a pushing episode leaves the simulator's arm far behind
+  (``adapter_replay`` in every report says how far; ``end_frame`` how many rollouts lost the scene).
 * **Frame metrics** on uint8 frames at the model's resolution (ground truth is resized with the
   same filter the env applies to an episode spec): PSNR (capped at :data:`PSNR_CAP_DB`, which
   identical frames reach) and SSIM (``pytorch_msssim.ssim``: Gaussian window 11, sigma 1.5, on
@@ -74,9 +77,9 @@ PSNR_CAP_DB = 100.0
 #: Position error counted as "right": the cube's edge length [m].
 POSITION_TOLERANCE_M = 0.05
 QUICK_EPISODES = 4
+QUICK_OOD_EPISODES = 2
 #: ``--conditioning``: how the world model is driven along a held-out episode (:class:`Config`).
 CONDITIONINGS = ("replay", "recorded")
-QUICK_OOD_EPISODES = 2
 #: Issue 4's targets on the held-out split (per-view mean, 64x64 views); the OOD split has none.
 TARGETS = {"ssim_in_horizon": 0.85, "ssim_beyond": 0.80, "psnr_in_horizon": 25.0, "share_below_5cm": 0.80}
 #: (metric, window) rows of the paired differences and of the per-group scores.
