@@ -35,7 +35,7 @@ def test_steps_run_recorded_derived_or_unknown():
     assert stage_steps_run({"stages": [_sf()]}) == [(None, "unknown")]
 
 
-def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint):
+def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint, tmp_path):
     info = checkpoint_info(tiny_checkpoint)
     wm = WorldModel.from_pretrained(tiny_checkpoint)
     n = {k: sum(p.numel() for k2, p in wm.state_dict().items() if k2.startswith(k)) for k in ("dit.", "autoencoder.")}
@@ -49,6 +49,10 @@ def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint):
     assert info["file_bytes"]["model.safetensors"] == (tiny_checkpoint / "model.safetensors").stat().st_size
     assert "format and config hash OK" in format_checkpoint_info(info)
     assert info["architecture"]["wrist_rays"] is False and "wrist camera rays" not in format_checkpoint_info(info)
+    assert info["architecture"]["gripper_conditioning"] == "measured"
+    wm.config.gripper_conditioning = "command"
+    wm.save_pretrained(tmp_path / "command")
+    assert "(gripper: command)" in format_checkpoint_info(checkpoint_info(tmp_path / "command"))
 
 
 def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, tmp_path):
@@ -56,7 +60,7 @@ def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, 
     wm.save_pretrained(tmp_path / "rays")
     info, plain = checkpoint_info(tmp_path / "rays"), checkpoint_info(tiny_checkpoint)
     assert info["architecture"]["wrist_rays"] is True
-    assert "pose conditioning 7-d + wrist camera rays" in format_checkpoint_info(info)
+    assert "pose conditioning 7-d (gripper: measured) + wrist camera rays" in format_checkpoint_info(info)
     extra = sum(p.numel() for p in wm.dit.ray_embed.parameters())
     assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
 
