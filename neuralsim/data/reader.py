@@ -207,18 +207,11 @@ def read_actions(root: str | Path, record: dict[str, Any], layout: str | None = 
     layout = layout or detect_layout(root)
     if layout == "droid_real":
         return _load_droid_real(root, record, 16).actions
-    import pyarrow.parquet as pq
-
-    idx = int(record["episode_index"])
-    data_path = root / DATA_PATH.format(episode_index=idx)
-    if not data_path.is_file():
-        raise FileNotFoundError(f"episode {idx}: {str(data_path)!r} is missing")
-    table = pq.read_table(data_path, columns=["action"])
-    flat = table.column("action").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    return np.asarray(flat, np.float32).reshape(-1, 8)
+    return _simdroid_columns(root, record, {"action": 8})["action"]
 
 
-def _load_simdroid(root: Path, record: dict, image_size: int | None) -> LoadedEpisode:
+def _simdroid_columns(root: Path, record: dict, widths: dict[str, int]) -> dict[str, np.ndarray]:
+    """Columns ``widths`` (name -> values per row) of a SimDROID episode's parquet file, float32 (T, width)."""
     import pyarrow.parquet as pq
 
     idx = int(record["episode_index"])
@@ -226,15 +219,20 @@ def _load_simdroid(root: Path, record: dict, image_size: int | None) -> LoadedEp
     if not data_path.is_file():
         raise FileNotFoundError(f"episode {idx}: {str(data_path)!r} is missing")
     table = pq.read_table(data_path)
-
-    def col(name: str, width: int) -> np.ndarray:
+    out = {}
+    for name, width in widths.items():
         if name not in table.column_names:
             raise DatasetError(f"{str(data_path)!r} has no column {name!r}")
         flat = table.column(name).combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        return np.asarray(flat, np.float32).reshape(-1, width)
+        out[name] = np.asarray(flat, np.float32).reshape(-1, width)
+    return out
 
-    states = {attr: col(c, w) for (c, attr), w in zip(STATE_COLUMNS.items(), (7, 1, 6), strict=True)}
-    actions = col("action", 8)
+
+def _load_simdroid(root: Path, record: dict, image_size: int | None) -> LoadedEpisode:
+    idx = int(record["episode_index"])
+    cols = _simdroid_columns(root, record, {**dict(zip(STATE_COLUMNS, (7, 1, 6), strict=True)), "action": 8})
+    states = {attr: cols[c] for c, attr in STATE_COLUMNS.items()}
+    actions = cols["action"]
     frames = list(_decoded_views(root, idx, image_size).transpose(1, 0, 2, 3, 4))
     n = min(len(actions), *(len(f) for f in frames))
     if n != len(actions) or any(len(f) != n for f in frames):

@@ -159,8 +159,7 @@ def advance(state: AdapterState, actions: np.ndarray, action_mode: str = "joint_
     free = q + dq
     q_next = np.clip(free, K.JOINT_LIMITS_LOW, K.JOINT_LIMITS_HIGH)
     hit_limit = q_next != free
-    g_next = co.gripper_pole * state.gripper_position + (1.0 - co.gripper_pole) * actions[:, 7:8]
-    nxt = AdapterState(q_next, np.clip(g_next, 0.0, 1.0), q_next - q, u)
+    nxt = AdapterState(q_next, _gripper_step(state.gripper_position, actions[:, 7:8], co.gripper_pole), q_next - q, u)
     return nxt, hit_limit
 
 
@@ -172,13 +171,16 @@ def gripper_trajectory(g0: float, commands: np.ndarray, coefficients: AdapterCoe
     is trained on this signal, computed from each recorded episode's gripper commands.
     """
     commands = np.clip(np.asarray(commands, np.float64).reshape(-1), 0.0, 1.0)
-    p = coefficients.gripper_pole
     out = np.empty(len(commands) + 1)
-    out[0] = g = float(np.clip(g0, 0.0, 1.0))
+    out[0] = np.clip(g0, 0.0, 1.0)
     for t, cmd in enumerate(commands):
-        g = min(max(p * g + (1.0 - p) * cmd, 0.0), 1.0)
-        out[t + 1] = g
+        out[t + 1] = _gripper_step(out[t], cmd, coefficients.gripper_pole)
     return out
+
+
+def _gripper_step(g, command, pole: float):
+    """The gripper's first-order lag towards its command, one step, kept in [0, 1]."""
+    return np.clip(pole * g + (1.0 - pole) * command, 0.0, 1.0)
 
 
 def rollout(q0: np.ndarray, g0: np.ndarray, actions: np.ndarray, action_mode: str = "joint_velocity",

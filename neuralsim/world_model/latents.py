@@ -144,7 +144,6 @@ class LatentStore(WindowedLatents):
 
         if gripper not in GRIPPER_CONDITIONINGS:
             raise ValueError(f"gripper must be one of {GRIPPER_CONDITIONINGS}, got {gripper!r}")
-        self.gripper = gripper
 
         self.dataset = dataset
         self.fingerprint = autoencoder_fingerprint(autoencoder, dataset.image_size)
