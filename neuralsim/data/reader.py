@@ -203,11 +203,20 @@ def load_episode(root: str | Path, record: dict[str, Any], image_size: int | Non
 def read_actions(root: str | Path, record: dict[str, Any], layout: str | None = None) -> np.ndarray:
     """The episode's actions (T, 8) float32, as :func:`load_episode` gives them, without decoding its videos
     (SimDROID: one parquet column; real DROID reads the whole annotation)."""
+    return read_joints_and_actions(root, record, layout)[1]
+
+
+def read_joints_and_actions(root: str | Path, record: dict[str, Any], layout: str | None = None
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """The episode's joint positions (T, 7) and actions (T, 8) float32, as :func:`load_episode` gives them, without
+    decoding its videos (SimDROID: one parquet read; real DROID reads the whole annotation)."""
     root = Path(root)
     layout = layout or detect_layout(root)
     if layout == "droid_real":
-        return _load_droid_real(root, record, 16).actions
-    return _simdroid_columns(root, record, {"action": 8})["action"]
+        ep = _load_droid_real(root, record, 16)
+        return ep.joint_position, ep.actions
+    cols = _simdroid_columns(root, record, {"observation.state.joint_position": 7, "action": 8})
+    return cols["observation.state.joint_position"], cols["action"]
 
 
 def _simdroid_columns(root: Path, record: dict, widths: dict[str, int]) -> dict[str, np.ndarray]:

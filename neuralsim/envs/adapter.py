@@ -178,6 +178,23 @@ def gripper_trajectory(g0: float, commands: np.ndarray, coefficients: AdapterCoe
     return out
 
 
+def arm_trajectory(q0: np.ndarray, arm_actions: np.ndarray, action_mode: str = "joint_velocity",
+                   coefficients: AdapterCoefficients = CALIBRATED) -> np.ndarray:
+    """The joints :func:`advance` gives NeuralDROID from ``q0`` (7,) at rest under ``arm_actions`` (T, 7): (T + 1, 7).
+
+    The env cannot know when the table or a pushed object holds the arm back, so its arm follows the actions
+    alone; a closed-loop policy that keeps pushing moves it on where a real arm stops.  A world model with
+    ``arm_conditioning="replay"`` is trained on the forward kinematics of this trajectory, computed from each
+    recorded episode's actions.
+    """
+    q0 = np.asarray(q0, np.float64).reshape(-1)
+    arm_actions = np.asarray(arm_actions, np.float64)
+    if q0.shape != (7,) or arm_actions.ndim != 2 or arm_actions.shape[1] != 7:
+        raise ValueError(f"arm_trajectory needs q0 (7,) and arm_actions (T, 7), got {q0.shape} and {arm_actions.shape}")
+    actions = np.concatenate([arm_actions, np.zeros((len(arm_actions), 1))], 1)[None]
+    return rollout(q0[None], np.zeros((1, 1)), actions, action_mode, coefficients)[0][0]
+
+
 def _gripper_step(g, command, pole: float):
     """The gripper's first-order lag towards its command, one step, kept in [0, 1]."""
     return np.clip(pole * g + (1.0 - pole) * command, 0.0, 1.0)

@@ -52,6 +52,9 @@ FORMAT_VERSION = 1
 #: Values of :attr:`WorldModelConfig.gripper_conditioning`.
 GRIPPER_CONDITIONINGS = ("measured", "command")
 
+#: Values of :attr:`WorldModelConfig.arm_conditioning`.
+ARM_CONDITIONINGS = ("measured", "replay")
+
 
 @dataclass
 class AutoencoderConfig:
@@ -208,6 +211,12 @@ class WorldModelConfig:
     through the action adapter's lag (:func:`neuralsim.envs.adapter.gripper_trajectory`), the signal NeuralDROID
     can give it at run time (RoboWorld conditions on the command too).  A ``measured`` model in the env reads
     every closed grasp as an empty one (docs/FIDELITY.md, "Conditioning")."""
+    arm_conditioning: str = "measured"
+    """What the six pose entries were trained on: ``"measured"`` -- forward kinematics of the recorded joints -- or
+    ``"replay"`` -- forward kinematics of the action adapter's replay of the episode's recorded actions from its
+    first state (:func:`neuralsim.envs.adapter.arm_trajectory`), the pose NeuralDROID computes at run time.  The
+    adapter knows no contacts: where the table or a pushed cube holds the real arm back, the replay runs on, and a
+    ``measured`` model driven there has never seen such a pose (docs/FIDELITY.md, "Conditioning")."""
     recipe: dict[str, Any] = field(default_factory=dict)
     """Free-form record of the training that made the weights (objective, steps, data...)."""
     format_version: int = FORMAT_VERSION
@@ -237,6 +246,8 @@ class WorldModelConfig:
                              f"num_sink={self.num_sink}")
         if self.gripper_conditioning not in GRIPPER_CONDITIONINGS:
             raise ValueError(f"gripper_conditioning must be one of {GRIPPER_CONDITIONINGS}, got {self.gripper_conditioning!r}")
+        if self.arm_conditioning not in ARM_CONDITIONINGS:
+            raise ValueError(f"arm_conditioning must be one of {ARM_CONDITIONINGS}, got {self.arm_conditioning!r}")
         if self.format_version != FORMAT_VERSION:
             raise ValueError(f"config format_version {self.format_version} is not supported (expected {FORMAT_VERSION})")
 

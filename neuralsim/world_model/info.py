@@ -110,6 +110,7 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
             "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
             "wrist_rays": dit.wrist_rays, "gripper_conditioning": config.gripper_conditioning,
+            "arm_conditioning": config.arm_conditioning,
         },
         "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
                       "schedule": list(config.schedule)},
@@ -143,7 +144,8 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         + (f" + a reference head {a['reference_head_channels']} wide (refines views against the episode's first)"
            if a.get("reference_head_channels") else ""),
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
-        f"pose conditioning {a['cond_dim']}-d (gripper: {a.get('gripper_conditioning', 'measured')})"
+        f"pose conditioning {a['cond_dim']}-d (arm: {a.get('arm_conditioning', 'measured')}, "
+        f"gripper: {a.get('gripper_conditioning', 'measured')})"
         + (" + wrist camera rays" if a["wrist_rays"] else ""),
         f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
         f"noise levels {', '.join(f'{t:g}' for t in inf['schedule'])}",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import GRIPPER_CONDITIONINGS
+from .config import ARM_CONDITIONINGS, GRIPPER_CONDITIONINGS
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,37 @@ def command_gripper_cond(cond: np.ndarray, actions: np.ndarray) -> np.ndarray:
     return cond
 
 
+def replay_arm_cond(cond: np.ndarray, joint_position0: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """``cond`` (T, 7) of one episode (or clip) with its six pose entries replaced by the forward kinematics of the
+    action adapter's replay of ``actions`` (T, 8; the action after each frame) from ``joint_position0`` (7,) at rest:
+    the pose NeuralDROID feeds the world model (``WorldModelConfig.arm_conditioning="replay"``)."""
+    from neuralsim import kinematics as K
+    from neuralsim.envs.adapter import arm_trajectory
+
+    cond = np.array(cond, dtype=np.float32, copy=True)
+    if len(actions) < len(cond) - 1:
+        raise ValueError(f"{len(cond)} conditioning rows need {len(cond) - 1} actions, got {len(actions)}")
+    q = arm_trajectory(joint_position0, np.asarray(actions)[:len(cond) - 1, :7])
+    cond[:, :6] = K.forward_kinematics(q)
+    return cond
+
+
+def env_cond(cond: np.ndarray, joint_position: np.ndarray, actions: np.ndarray, gripper: str = "measured",
+             arm: str = "measured") -> np.ndarray:
+    """The measured ``cond`` (T, 7) of an episode or clip turned into the signals a model was trained on: the
+    gripper command (``gripper="command"``, :func:`command_gripper_cond`) and the adapter's replay of the arm
+    (``arm="replay"``, :func:`replay_arm_cond` from ``joint_position[0]``); unchanged for ``"measured"``."""
+    if gripper not in GRIPPER_CONDITIONINGS:
+        raise ValueError(f"gripper must be one of {GRIPPER_CONDITIONINGS}, got {gripper!r}")
+    if arm not in ARM_CONDITIONINGS:
+        raise ValueError(f"arm must be one of {ARM_CONDITIONINGS}, got {arm!r}")
+    if gripper == "command":
+        cond = command_gripper_cond(cond, actions)
+    if arm == "replay":
+        cond = replay_arm_cond(cond, np.asarray(joint_position)[0], actions)
+    return cond
+
+
 class WindowedLatents:
     """Per-episode latents concatenated into one tensor, served by dataset window.
 
@@ -134,16 +165,17 @@ class LatentStore(WindowedLatents):
         device: where encoding runs and where the latents are kept (a GPU holds them in its memory).
         chunk: time steps encoded per forward pass.
         progress: show a progress bar while encoding.
+        gripper, arm: the conditioning signals the DiT is trained on (:func:`env_cond`); the disk cache always
+            keeps the measured ones.
     """
 
     def __init__(self, autoencoder, dataset, device="cpu", chunk: int = 64, progress: bool = True,
-                 gripper: str = "measured"):
+                 gripper: str = "measured", arm: str = "measured"):
         import torch
 
-        from neuralsim.data.reader import load_episode, read_actions
+        from neuralsim.data.reader import load_episode, read_joints_and_actions
 
-        if gripper not in GRIPPER_CONDITIONINGS:
-            raise ValueError(f"gripper must be one of {GRIPPER_CONDITIONINGS}, got {gripper!r}")
+        env_cond(np.zeros((1, 7), np.float32), np.zeros((1, 7)), np.zeros((0, 8)), gripper, arm)  # check the names
 
         self.dataset = dataset
         self.fingerprint = autoencoder_fingerprint(autoencoder, dataset.image_size)
@@ -171,8 +203,8 @@ class LatentStore(WindowedLatents):
                 encoded += 1
                 if writable:
                     writable = write_npz(path, "latent", latents=z, cond=cond)
-            if gripper == "command":  # the cache keeps the measured gripper; the command is cheap to redo
-                cond = command_gripper_cond(cond, read_actions(dataset.root, rec, dataset.layout))
+            if gripper != "measured" or arm != "measured":  # the cache keeps the measured cond; these are cheap to redo
+                cond = env_cond(cond, *read_joints_and_actions(dataset.root, rec, dataset.layout), gripper, arm)
             latents.append(z)
             conds.append(cond)
         if not latents:

@@ -165,6 +165,9 @@ class TrainConfig:
     gripper_conditioning: str | None = None
     """DiT stage: train the DiT on this gripper signal (``WorldModelConfig.gripper_conditioning``: ``"measured"``
     or ``"command"``), switching an ``init_from`` model's to it; None keeps the model's (a fresh model: measured)."""
+    arm_conditioning: str | None = None
+    """DiT stage: train the DiT on this arm pose (``WorldModelConfig.arm_conditioning``: ``"measured"`` or
+    ``"replay"``), switching an ``init_from`` model's to it; None keeps the model's (a fresh model: measured)."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -174,7 +177,7 @@ class TrainConfig:
 # ----------------------------------------------------------------------------- CLI
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``neuralsim train`` options to ``parser``."""
-    from .config import GRIPPER_CONDITIONINGS, PRESETS
+    from .config import ARM_CONDITIONINGS, GRIPPER_CONDITIONINGS, PRESETS
     from .objectives import OBJECTIVES
 
     d = TrainConfig()
@@ -257,6 +260,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage dit: the gripper signal the DiT is conditioned on: 'measured' (the recorded "
                              "position, stopped by a grasped object) or 'command' (the gripper command through the "
                              "action adapter, what NeuralDROID gives it); default: the --init-from model's")
+    parser.add_argument("--arm-conditioning", dest="arm_conditioning", choices=ARM_CONDITIONINGS,
+                        default=d.arm_conditioning,
+                        help="--stage dit: the arm pose the DiT is conditioned on: 'measured' (forward kinematics of "
+                             "the recorded joints, held back by contacts) or 'replay' (of the action adapter's replay "
+                             "of the recorded actions, what NeuralDROID gives it); default: the --init-from model's")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -334,15 +342,17 @@ def real_droid_roots(spec: str) -> list[str]:
     return out
 
 
-def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "measured"):
+def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "measured", arm: str = "measured"):
     """Stack dataset items: uint8 frames (B, T, V, H, W, 3) and cond (B, T, 7).
 
     ``gripper="command"``: the gripper entry is the command through the adapter's lag, started from the clip's
-    first measured gripper (:func:`~neuralsim.world_model.latents.command_gripper_cond`)."""
+    first measured gripper; ``arm="replay"``: the pose entries are the adapter's replay of the clip's actions from
+    its first measured joints (:func:`~neuralsim.world_model.latents.env_cond`).  A clip starts its replay afresh,
+    where the env's (and :class:`~neuralsim.world_model.latents.LatentStore`'s) runs from the episode's start."""
     import numpy as np
     import torch
 
-    from .latents import command_gripper_cond
+    from .latents import env_cond
 
     frames, conds = [], []
     for i in indices:
@@ -355,8 +365,9 @@ def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "me
         grip = torch.as_tensor(item["gripper_position"], dtype=torch.float32).reshape(len(cart), 1)
         frames.append(f)
         cond = torch.cat([cart, grip], dim=-1)
-        if gripper == "command":
-            cond = torch.from_numpy(command_gripper_cond(cond.numpy(), np.asarray(item["actions"])))
+        if gripper != "measured" or arm != "measured":
+            cond = torch.from_numpy(env_cond(cond.numpy(), np.asarray(item["joint_position"]), np.asarray(item["actions"]),
+                                             gripper, arm))
         conds.append(cond)
     return torch.stack(frames), torch.stack(conds)
 
@@ -375,7 +386,8 @@ class LatentMemo:
         todo = sorted({i for i in indices if i not in batch})
         if todo:
             frames, cond = fetch_clips(self.dataset, todo, self.image_size,
-                                       getattr(self.model.config, "gripper_conditioning", "measured"))
+                                       getattr(self.model.config, "gripper_conditioning", "measured"),
+                                       getattr(self.model.config, "arm_conditioning", "measured"))
             with torch.no_grad():
                 z = self.model.autoencoder.encode(frames.to(device)).to("cpu").half()  # (b, T, V, C, h, w)
             for j, i in enumerate(todo):
@@ -492,7 +504,7 @@ def train(cfg: TrainConfig) -> dict:
     import numpy as np
     import torch
 
-    from .config import GRIPPER_CONDITIONINGS, preset
+    from .config import ARM_CONDITIONINGS, GRIPPER_CONDITIONINGS, preset
     from .info import count_key as recipe_count_key
     from .model import DECODER_PREFIXES, WorldModel, load_safetensors
     from .objectives import get_objective
@@ -541,6 +553,10 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--gripper-conditioning must be one of {GRIPPER_CONDITIONINGS}, got {cfg.gripper_conditioning!r}")
     if cfg.gripper_conditioning is not None and cfg.stage != "dit":
         raise ValueError(f"--gripper-conditioning changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
+    if cfg.arm_conditioning is not None and cfg.arm_conditioning not in ARM_CONDITIONINGS:
+        raise ValueError(f"--arm-conditioning must be one of {ARM_CONDITIONINGS}, got {cfg.arm_conditioning!r}")
+    if cfg.arm_conditioning is not None and cfg.stage != "dit":
+        raise ValueError(f"--arm-conditioning changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
@@ -594,6 +610,9 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.gripper_conditioning is not None and cfg.gripper_conditioning != model.config.gripper_conditioning:
             raise ValueError(f"{out} holds a run conditioned on the {model.config.gripper_conditioning} gripper; refusing "
                              f"to resume it with --gripper-conditioning {cfg.gripper_conditioning} (use another --out)")
+        if cfg.arm_conditioning is not None and cfg.arm_conditioning != model.config.arm_conditioning:
+            raise ValueError(f"{out} holds a run conditioned on the {model.config.arm_conditioning} arm; refusing "
+                             f"to resume it with --arm-conditioning {cfg.arm_conditioning} (use another --out)")
     elif cfg.init_from:
         model = WorldModel.from_pretrained(cfg.init_from)
         log.info("initialised from %s (its config wins over --config)", cfg.init_from)
@@ -639,6 +658,9 @@ def train(cfg: TrainConfig) -> dict:
             and cfg.gripper_conditioning != model.config.gripper_conditioning:
         log.info("the DiT's gripper conditioning: %s -> %s", model.config.gripper_conditioning, cfg.gripper_conditioning)
         model.config.gripper_conditioning = cfg.gripper_conditioning
+    if ckpt is None and cfg.arm_conditioning is not None and cfg.arm_conditioning != model.config.arm_conditioning:
+        log.info("the DiT's arm conditioning: %s -> %s", model.config.arm_conditioning, cfg.arm_conditioning)
+        model.config.arm_conditioning = cfg.arm_conditioning
     model.to(device)
     if cfg.change_weight and model.autoencoder.ref_head is None:
         raise ValueError("--change-weight weighs the reference head's loss, and this model has none; add one with "
@@ -703,12 +725,12 @@ def train(cfg: TrainConfig) -> dict:
             from .latents import ConcatLatents, LatentStore
 
             memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device, progress=cfg.progress and is_main,
-                                                       gripper=wm_cfg.gripper_conditioning) for part in dataset.parts])
+                                                       gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning) for part in dataset.parts])
         elif cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
             from .latents import LatentStore
 
             memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main,
-                               gripper=wm_cfg.gripper_conditioning)
+                               gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning)
         else:
             memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips)
 
@@ -757,6 +779,7 @@ def train(cfg: TrainConfig) -> dict:
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
             **({"wrist_rays": True} if cfg.wrist_rays else {}),
             **({"gripper_conditioning": cfg.gripper_conditioning} if cfg.gripper_conditioning else {}),
+            **({"arm_conditioning": cfg.arm_conditioning} if cfg.arm_conditioning else {}),
             **({"rollout_share": cfg.rollout_share, "rollout_seed": _rollout_seed(cfg), "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),

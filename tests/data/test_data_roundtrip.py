@@ -285,6 +285,43 @@ def test_latent_store_can_serve_the_gripper_command_instead_of_the_measured_grip
         LatentStore(ae, ds, progress=False, gripper="closed")
 
 
+def test_latent_store_can_serve_the_arm_replay_instead_of_the_measured_arm(dataset, tmp_path):
+    """``arm="replay"``: the conditioning's pose is the forward kinematics of the adapter's replay of each episode's
+    recorded actions from its first measured joints (what NeuralDROID feeds the model); the gripper and the latents
+    are the measured store's, and the disk cache keeps the measured pose."""
+    import torch
+
+    from neuralsim import kinematics as K
+    from neuralsim.data.reader import load_episode, read_joints_and_actions
+    from neuralsim.envs.adapter import arm_trajectory
+    from neuralsim.world_model.latents import LatentStore, replay_arm_cond
+
+    root, ae, ds = _copy_with_tiny_autoencoder(dataset, tmp_path)
+    measured = LatentStore(ae, ds, progress=False)
+    replay = LatentStore(ae, ds, progress=False, arm="replay")
+    both = LatentStore(ae, ds, progress=False, gripper="command", arm="replay")
+    assert LatentStore(ae, ds, progress=False).cond.equal(measured.cond)  # the cache was not rewritten
+    torch.testing.assert_close(replay.latents, measured.latents)
+    torch.testing.assert_close(replay.cond[:, 6], measured.cond[:, 6])
+    torch.testing.assert_close(both.cond[:, :6], replay.cond[:, :6])
+    assert not torch.equal(both.cond[:, 6], replay.cond[:, 6])
+    for pos, rec in enumerate(ds.records):
+        ep = load_episode(root, rec)
+        q, a = read_joints_and_actions(root, rec)
+        np.testing.assert_array_equal(q, ep.joint_position)
+        np.testing.assert_array_equal(a, ep.actions)
+        rows = slice(int(replay.offsets[pos]), int(replay.offsets[pos] + replay.lengths[pos]))
+        want = K.forward_kinematics(arm_trajectory(ep.joint_position[0], ep.actions[:-1, :7]))
+        np.testing.assert_allclose(replay.cond[rows, :6].numpy(), want, atol=1e-5)
+        # the replay starts from the measured first state
+        np.testing.assert_allclose(replay.cond[rows.start, :6].numpy(), measured.cond[rows.start, :6].numpy(), atol=1e-5)
+    assert not torch.allclose(replay.cond[:, :3], measured.cond[:, :3], atol=1e-4)  # and then parts from it
+    with pytest.raises(ValueError, match="need 4 actions"):
+        replay_arm_cond(np.zeros((5, 7), np.float32), np.zeros(7), np.zeros((3, 8)))
+    with pytest.raises(ValueError, match="arm must be one of"):
+        LatentStore(ae, ds, progress=False, arm="commanded")
+
+
 def test_full_horizon_runs_past_the_experts_finish():
     """settle_steps >= max_steps (``--full-horizon``) keeps stepping, arm idle, until max_steps."""
     from neuralsim.envs.experts import ScriptedExpert

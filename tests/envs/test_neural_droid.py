@@ -531,3 +531,46 @@ def test_gripper_trajectory_is_the_gripper_the_env_feeds_the_world_model():
     traj = A.gripper_trajectory(0.3, commands)
     np.testing.assert_allclose(traj, stepped, atol=1e-12)
     assert traj.shape == (len(commands) + 1,) and traj[12] > 0.95  # closes on a steady command: nothing stops it
+
+
+def test_arm_trajectory_is_the_arm_the_env_feeds_the_world_model():
+    """``adapter.arm_trajectory`` (what a ``replay``-conditioned world model trains on) is the joint state that
+    ``advance`` follows under the same arm actions, joint limits included."""
+    rng = np.random.default_rng(1)
+    arm = np.clip(rng.normal(0.0, 0.8, (30, 7)), -1.0, 1.0)
+    arm[:, 0] = 1.0  # joint 1 runs into its limit
+    q0 = K.RESET_JOINT_POSITION.copy()
+    q0[0] = K.JOINT_LIMITS_HIGH[0] - 0.5
+    state = A.AdapterState.at_rest(q0[None], np.array([[0.0]]))
+    stepped = [state.joint_position[0].copy()]
+    for a in arm:
+        state, _ = A.advance(state, np.append(a, 0.0)[None])
+        stepped.append(state.joint_position[0].copy())
+    traj = A.arm_trajectory(q0, arm)
+    np.testing.assert_allclose(traj, np.stack(stepped), atol=1e-12)
+    assert traj[:, 0].max() <= K.JOINT_LIMITS_HIGH[0] and traj[-1, 0] > K.JOINT_LIMITS_HIGH[0] - 1e-3
+    with pytest.raises(ValueError, match="arm_actions"):
+        A.arm_trajectory(K.RESET_JOINT_POSITION, arm[:, :6])
+
+
+def test_env_cond_is_the_conditioning_the_env_feeds_the_world_model(tiny_checkpoint):
+    """``latents.env_cond(..., gripper="command", arm="replay")`` turns an episode's first state and actions into
+    NeuralDROID's own conditioning, step for step: the signals a world model trained on them sees in the env."""
+    from neuralsim.world_model.latents import env_cond
+
+    env = make(tiny_checkpoint)
+    acts = np.clip(actions(12).astype(np.float64), env.action_space.low, env.action_space.high)
+    obs, info = env.reset(seed=3, options={"episode": "put_in_bowl_1000000"})
+    spec = env.episodes["put_in_bowl_1000000"]
+    got = [info["conditioning"]]
+    for a in acts:
+        got.append(env.step(a)[4]["conditioning"])
+    first = np.concatenate([K.forward_kinematics(spec.joint_position), spec.gripper_position]).astype(np.float32)
+    measured = np.repeat(first[None], len(acts) + 1, 0)  # only row 0 of the measured state is read
+    joints = np.repeat(spec.joint_position[None], len(acts) + 1, 0)
+    want = env_cond(measured, joints, acts, gripper="command", arm="replay")
+    np.testing.assert_allclose(np.stack(got), want, atol=1e-5)
+    assert np.abs(want[-1, :3] - want[0, :3]).max() > 0.01  # the arm moved: the test can fail
+    np.testing.assert_array_equal(env_cond(measured, joints, acts), measured)
+    with pytest.raises(ValueError, match="arm must be one of"):
+        env_cond(measured, joints, acts, arm="commanded")

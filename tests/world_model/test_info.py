@@ -50,9 +50,13 @@ def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint, tmp_path):
     assert "format and config hash OK" in format_checkpoint_info(info)
     assert info["architecture"]["wrist_rays"] is False and "wrist camera rays" not in format_checkpoint_info(info)
     assert info["architecture"]["gripper_conditioning"] == "measured"
+    assert info["architecture"]["arm_conditioning"] == "measured"
     wm.config.gripper_conditioning = "command"
     wm.save_pretrained(tmp_path / "command")
-    assert "(gripper: command)" in format_checkpoint_info(checkpoint_info(tmp_path / "command"))
+    assert "(arm: measured, gripper: command)" in format_checkpoint_info(checkpoint_info(tmp_path / "command"))
+    wm.config.arm_conditioning = "replay"
+    wm.save_pretrained(tmp_path / "replay")
+    assert "(arm: replay, gripper: command)" in format_checkpoint_info(checkpoint_info(tmp_path / "replay"))
 
 
 def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, tmp_path):
@@ -60,7 +64,7 @@ def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, 
     wm.save_pretrained(tmp_path / "rays")
     info, plain = checkpoint_info(tmp_path / "rays"), checkpoint_info(tiny_checkpoint)
     assert info["architecture"]["wrist_rays"] is True
-    assert "pose conditioning 7-d (gripper: measured) + wrist camera rays" in format_checkpoint_info(info)
+    assert "pose conditioning 7-d (arm: measured, gripper: measured) + wrist camera rays" in format_checkpoint_info(info)
     extra = sum(p.numel() for p in wm.dit.ray_embed.parameters())
     assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
 

@@ -170,6 +170,13 @@ def test_config_validation():
     # configs written before the field (every model up to v19) were trained on the measured gripper
     del cfg["gripper_conditioning"]
     assert WorldModelConfig.from_dict(cfg).gripper_conditioning == "measured"
+    cfg["arm_conditioning"] = "commanded"
+    with pytest.raises(ValueError, match="arm_conditioning must be one of"):
+        WorldModelConfig.from_dict(cfg)
+    del cfg["arm_conditioning"]  # every model up to v20: the measured arm
+    assert WorldModelConfig.from_dict(cfg).arm_conditioning == "measured"
+    cfg["arm_conditioning"] = "replay"
+    assert WorldModelConfig.from_dict(cfg).arm_conditioning == "replay"
 
 
 def test_import_neuralsim_world_model_is_light():

@@ -412,6 +412,66 @@ def test_fetch_clips_can_give_the_gripper_command():
     assert not torch.equal(command[..., 6], measured[..., 6])
 
 
+def test_arm_conditioning_option_switches_an_init_from_model_to_the_replay(tmp_path, monkeypatch):
+    """``--arm-conditioning replay`` on an ``--init-from`` model: the config and recipe record the switch, the
+    objective gets clips whose pose entries are the adapter's replay (the gripper unchanged), a resume keeps it, and
+    a resume asking for the other signal, or another stage, is refused."""
+    from neuralsim.world_model import objectives
+
+    real = objectives.get_objective
+    seen = []
+
+    def spying(name):
+        loss_fn, kw = real(name)
+
+        def spy(model, x, cond, *a, **k):
+            seen.append(cond.detach().clone())
+            return loss_fn(model, x, cond, *a, **k)
+        return spy, kw
+
+    base = tmp_path / "base"
+    train(_cfg(base, steps=2))
+    assert WorldModel.from_pretrained(base / "model").config.arm_conditioning == "measured"
+    monkeypatch.setattr(objectives, "get_objective", spying)
+    plain, rep = tmp_path / "plain", tmp_path / "replay"
+    train(_cfg(plain, steps=3, init_from=str(base / "model")))
+    n = len(seen)
+    train(_cfg(rep, steps=3, init_from=str(base / "model"), arm_conditioning="replay"))
+    assert len(seen) == 2 * n
+    for a, b in zip(seen[:n], seen[n:]):  # the same batches, another arm signal
+        torch.testing.assert_close(b[..., 6], a[..., 6])
+    assert any(not torch.allclose(a[..., :6], b[..., :6]) for a, b in zip(seen[:n], seen[n:]))
+    monkeypatch.setattr(objectives, "get_objective", real)
+    m = WorldModel.from_pretrained(rep / "model")
+    assert m.config.arm_conditioning == "replay" and m.config.gripper_conditioning == "measured"
+    assert m.config.recipe["stages"][-1]["arm_conditioning"] == "replay"
+    train(_cfg(rep, steps=4))  # a resume without the option keeps the run's signal
+    assert WorldModel.from_pretrained(rep / "model").config.arm_conditioning == "replay"
+    with pytest.raises(ValueError, match="conditioned on the replay arm"):
+        train(_cfg(rep, steps=5, arm_conditioning="measured"))
+    with pytest.raises(ValueError, match="needs --stage dit"):
+        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), arm_conditioning="replay"))
+
+
+def test_fetch_clips_can_give_the_arm_replay():
+    import numpy as np
+
+    from neuralsim import kinematics as K
+    from neuralsim.envs.adapter import arm_trajectory
+    from neuralsim.world_model.synthetic import SyntheticClipDataset
+    from neuralsim.world_model.train import fetch_clips
+
+    ds = SyntheticClipDataset(4, clip_length=6, image_size=16)
+    _, measured = fetch_clips(ds, [0, 1], 16)
+    _, replay = fetch_clips(ds, [0, 1], 16, arm="replay")
+    torch.testing.assert_close(replay[..., 6], measured[..., 6])
+    for j in range(2):
+        item = ds[j]
+        want = K.forward_kinematics(arm_trajectory(item["joint_position"][0].numpy(), item["actions"][:-1, :7].numpy()))
+        np.testing.assert_allclose(replay[j, :, :6].numpy(), want, atol=1e-5)
+    assert not torch.allclose(replay[..., :6], measured[..., :6], atol=1e-4)
+
+
 def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path, caplog):
     """``--wrist-rays`` with ``--init-from``: the model gains the zero-initialised ray embedding, so its first
     loss equals the same run's without the option; training then moves the embedding, and the config and
