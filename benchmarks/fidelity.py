@@ -291,18 +291,18 @@ def open_loop(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, batch_size:
 
 def recorded_conditioning(wm, episode: EvalEpisode) -> np.ndarray:
     """(T, 7) float32: the world model's conditioning at each frame of ``episode`` from the *recorded* robot
-    state -- forward kinematics of the simulator's joints, and the gripper signal the model was trained on
+    state -- forward kinematics of the simulator's joints (whatever ``WorldModelConfig.arm_conditioning`` the model
+    was trained on: this is the ground-truth pose), and the gripper signal the model was trained on
     (``WorldModelConfig.gripper_conditioning``: the measured position, or the command through the adapter's lag)."""
     from neuralsim import kinematics as K
-    from neuralsim.world_model.latents import command_gripper_cond
+    from neuralsim.world_model.latents import env_cond
 
     if episode.joint_position is None or episode.gripper_position is None:
         raise ValueError(f"episode {episode.index} has no recorded joint and gripper state (load it with load_split)")
     cond = np.concatenate([K.forward_kinematics(episode.joint_position), episode.gripper_position.reshape(-1, 1)],
                           axis=1).astype(np.float32)
-    if getattr(wm.config, "gripper_conditioning", "measured") == "command":
-        cond = command_gripper_cond(cond, episode.actions)
-    return cond
+    return env_cond(cond, episode.joint_position, episode.actions,
+                    gripper=getattr(wm.config, "gripper_conditioning", "measured"), arm="measured")
 
 
 def open_loop_recorded(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, batch_size: int = 8,

@@ -227,6 +227,11 @@ def test_command_models_are_conditioned_on_the_gripper_command(tiny_checkpoint, 
     np.testing.assert_array_equal(command[:, :6], measured[:, :6])
     _, g = A.rollout(e.joint_position[:1], e.gripper_position[:1], e.actions[None, :len(e) - 1])
     np.testing.assert_allclose(command[:, 6], g[0, :, 0], atol=1e-6)  # what the env's adapter feeds the model
+    wm.config.arm_conditioning = "replay"  # --conditioning recorded is the simulator's arm whatever the training
+    try:
+        np.testing.assert_array_equal(F.recorded_conditioning(wm, e), measured)
+    finally:
+        wm.config.arm_conditioning = "measured"
 
 
 def test_end_frame_flags_rollouts_worse_than_holding_frame_0(splits):
