@@ -353,10 +353,8 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     assert [s for s, _ in _losses(out)] == [3]  # nothing is logged from the bad step on
 
 
-def test_gripper_conditioning_option_switches_an_init_from_model_to_the_command(tmp_path, monkeypatch):
-    """``--gripper-conditioning command`` on an ``--init-from`` model: the config and recipe record the switch,
-    the objective gets clips whose gripper entry is the command through the adapter's lag (the poses unchanged),
-    a resume keeps it, and a resume asking for the other signal, or another stage, is refused."""
+def _spy_on_conditioning(monkeypatch) -> list:
+    """Make every objective record the conditioning tensor it is given; returns the (growing) list."""
     from neuralsim.world_model import objectives
 
     real = objectives.get_objective
@@ -370,28 +368,41 @@ def test_gripper_conditioning_option_switches_an_init_from_model_to_the_command(
             return loss_fn(model, x, cond, *a, **k)
         return spy, kw
 
+    monkeypatch.setattr(objectives, "get_objective", spying)
+    return seen
+
+
+@pytest.mark.parametrize("option, value, changed", [("gripper_conditioning", "command", slice(6, 7)),
+                                                    ("arm_conditioning", "replay", slice(0, 6))])
+def test_conditioning_option_switches_an_init_from_model(tmp_path, monkeypatch, option, value, changed):
+    """``--gripper-conditioning command`` / ``--arm-conditioning replay`` on an ``--init-from`` model: the config and
+    recipe record the switch, the objective gets the same clips with only the gripper (the command through the
+    adapter's lag) or only the pose entries (the adapter's replay) changed, a resume keeps it, and a resume asking
+    for the other signal, or another stage asking for one, is refused."""
     base = tmp_path / "base"
     train(_cfg(base, steps=2))
-    assert WorldModel.from_pretrained(base / "model").config.gripper_conditioning == "measured"
-    monkeypatch.setattr(objectives, "get_objective", spying)
-    plain, cmd = tmp_path / "plain", tmp_path / "cmd"
+    assert getattr(WorldModel.from_pretrained(base / "model").config, option) == "measured"
+    seen = _spy_on_conditioning(monkeypatch)
+    plain, switched = tmp_path / "plain", tmp_path / "switched"
     train(_cfg(plain, steps=3, init_from=str(base / "model")))
     n = len(seen)
-    train(_cfg(cmd, steps=3, init_from=str(base / "model"), gripper_conditioning="command"))
+    train(_cfg(switched, steps=3, init_from=str(base / "model"), **{option: value}))
     assert len(seen) == 2 * n
-    for a, b in zip(seen[:n], seen[n:]):  # the same batches, another gripper signal
-        torch.testing.assert_close(b[..., :6], a[..., :6])
-    assert any(not torch.equal(a[..., 6], b[..., 6]) for a, b in zip(seen[:n], seen[n:]))
-    monkeypatch.setattr(objectives, "get_objective", real)
-    m = WorldModel.from_pretrained(cmd / "model")
-    assert m.config.gripper_conditioning == "command"
-    assert m.config.recipe["stages"][-1]["gripper_conditioning"] == "command"
-    train(_cfg(cmd, steps=4))  # a resume without the option keeps the run's signal
-    assert WorldModel.from_pretrained(cmd / "model").config.gripper_conditioning == "command"
-    with pytest.raises(ValueError, match="conditioned on the command gripper"):
-        train(_cfg(cmd, steps=5, gripper_conditioning="measured"))
+    kept = torch.ones(7, dtype=torch.bool)
+    kept[changed] = False
+    for a, b in zip(seen[:n], seen[n:]):  # the same batches, another signal
+        torch.testing.assert_close(b[..., kept], a[..., kept])
+    assert any(not torch.allclose(a[..., changed], b[..., changed]) for a, b in zip(seen[:n], seen[n:]))
+    monkeypatch.undo()
+    m = WorldModel.from_pretrained(switched / "model")
+    assert getattr(m.config, option) == value
+    assert m.config.recipe["stages"][-1][option] == value
+    train(_cfg(switched, steps=4))  # a resume without the option keeps the run's signal
+    assert getattr(WorldModel.from_pretrained(switched / "model").config, option) == value
+    with pytest.raises(ValueError, match=f"conditioned on the {value} (gripper|arm)"):
+        train(_cfg(switched, steps=5, **{option: "measured"}))
     with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), gripper_conditioning="command"))
+        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), **{option: value}))
 
 
 def test_fetch_clips_can_give_the_gripper_command():
@@ -410,47 +421,6 @@ def test_fetch_clips_can_give_the_gripper_command():
         want = gripper_trajectory(float(item["gripper_position"][0, 0]), item["actions"][:-1, 7].numpy())
         np.testing.assert_allclose(command[j, :, 6].numpy(), want, atol=1e-6)
     assert not torch.equal(command[..., 6], measured[..., 6])
-
-
-def test_arm_conditioning_option_switches_an_init_from_model_to_the_replay(tmp_path, monkeypatch):
-    """``--arm-conditioning replay`` on an ``--init-from`` model: the config and recipe record the switch, the
-    objective gets clips whose pose entries are the adapter's replay (the gripper unchanged), a resume keeps it, and
-    a resume asking for the other signal, or another stage, is refused."""
-    from neuralsim.world_model import objectives
-
-    real = objectives.get_objective
-    seen = []
-
-    def spying(name):
-        loss_fn, kw = real(name)
-
-        def spy(model, x, cond, *a, **k):
-            seen.append(cond.detach().clone())
-            return loss_fn(model, x, cond, *a, **k)
-        return spy, kw
-
-    base = tmp_path / "base"
-    train(_cfg(base, steps=2))
-    assert WorldModel.from_pretrained(base / "model").config.arm_conditioning == "measured"
-    monkeypatch.setattr(objectives, "get_objective", spying)
-    plain, rep = tmp_path / "plain", tmp_path / "replay"
-    train(_cfg(plain, steps=3, init_from=str(base / "model")))
-    n = len(seen)
-    train(_cfg(rep, steps=3, init_from=str(base / "model"), arm_conditioning="replay"))
-    assert len(seen) == 2 * n
-    for a, b in zip(seen[:n], seen[n:]):  # the same batches, another arm signal
-        torch.testing.assert_close(b[..., 6], a[..., 6])
-    assert any(not torch.allclose(a[..., :6], b[..., :6]) for a, b in zip(seen[:n], seen[n:]))
-    monkeypatch.setattr(objectives, "get_objective", real)
-    m = WorldModel.from_pretrained(rep / "model")
-    assert m.config.arm_conditioning == "replay" and m.config.gripper_conditioning == "measured"
-    assert m.config.recipe["stages"][-1]["arm_conditioning"] == "replay"
-    train(_cfg(rep, steps=4))  # a resume without the option keeps the run's signal
-    assert WorldModel.from_pretrained(rep / "model").config.arm_conditioning == "replay"
-    with pytest.raises(ValueError, match="conditioned on the replay arm"):
-        train(_cfg(rep, steps=5, arm_conditioning="measured"))
-    with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), arm_conditioning="replay"))
 
 
 def test_fetch_clips_can_give_the_arm_replay():
