@@ -107,7 +107,8 @@ def replay_arm_cond(cond: np.ndarray, joint_position0: np.ndarray, actions: np.n
     cond = np.array(cond, dtype=np.float32, copy=True)
     if len(actions) < len(cond) - 1:
         raise ValueError(f"{len(cond)} conditioning rows need {len(cond) - 1} actions, got {len(actions)}")
-    q = arm_trajectory(joint_position0, np.asarray(actions)[:len(cond) - 1, :7])
+    # clipped into the action space first, as the env does (a real DROID log may exceed it)
+    q = arm_trajectory(joint_position0, np.clip(np.asarray(actions)[:len(cond) - 1, :7], -1.0, 1.0))
     cond[:, :6] = K.forward_kinematics(q)
     return cond
 
