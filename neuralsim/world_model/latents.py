@@ -113,15 +113,20 @@ def replay_arm_cond(cond: np.ndarray, joint_position0: np.ndarray, actions: np.n
     return cond
 
 
+def check_conditionings(gripper: str, arm: str) -> None:
+    """ValueError naming the argument unless ``gripper`` and ``arm`` are known conditioning signals."""
+    if gripper not in GRIPPER_CONDITIONINGS:
+        raise ValueError(f"gripper must be one of {GRIPPER_CONDITIONINGS}, got {gripper!r}")
+    if arm not in ARM_CONDITIONINGS:
+        raise ValueError(f"arm must be one of {ARM_CONDITIONINGS}, got {arm!r}")
+
+
 def env_cond(cond: np.ndarray, joint_position: np.ndarray, actions: np.ndarray, gripper: str = "measured",
              arm: str = "measured") -> np.ndarray:
     """The measured ``cond`` (T, 7) of an episode or clip turned into the signals a model was trained on: the
     gripper command (``gripper="command"``, :func:`command_gripper_cond`) and the adapter's replay of the arm
     (``arm="replay"``, :func:`replay_arm_cond` from ``joint_position[0]``); unchanged for ``"measured"``."""
-    if gripper not in GRIPPER_CONDITIONINGS:
-        raise ValueError(f"gripper must be one of {GRIPPER_CONDITIONINGS}, got {gripper!r}")
-    if arm not in ARM_CONDITIONINGS:
-        raise ValueError(f"arm must be one of {ARM_CONDITIONINGS}, got {arm!r}")
+    check_conditionings(gripper, arm)
     if gripper == "command":
         cond = command_gripper_cond(cond, actions)
     if arm == "replay":
@@ -176,7 +181,7 @@ class LatentStore(WindowedLatents):
 
         from neuralsim.data.reader import load_episode, read_joints_and_actions
 
-        env_cond(np.zeros((1, 7), np.float32), np.zeros((1, 7)), np.zeros((0, 8)), gripper, arm)  # check the names
+        check_conditionings(gripper, arm)
 
         self.dataset = dataset
         self.fingerprint = autoencoder_fingerprint(autoencoder, dataset.image_size)

@@ -549,14 +549,15 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--change-weight must be >= 0, got {cfg.change_weight}")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
-    if cfg.gripper_conditioning is not None and cfg.gripper_conditioning not in GRIPPER_CONDITIONINGS:
-        raise ValueError(f"--gripper-conditioning must be one of {GRIPPER_CONDITIONINGS}, got {cfg.gripper_conditioning!r}")
-    if cfg.gripper_conditioning is not None and cfg.stage != "dit":
-        raise ValueError(f"--gripper-conditioning changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
-    if cfg.arm_conditioning is not None and cfg.arm_conditioning not in ARM_CONDITIONINGS:
-        raise ValueError(f"--arm-conditioning must be one of {ARM_CONDITIONINGS}, got {cfg.arm_conditioning!r}")
-    if cfg.arm_conditioning is not None and cfg.stage != "dit":
-        raise ValueError(f"--arm-conditioning changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
+    # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)
+    conditionings = (("gripper_conditioning", GRIPPER_CONDITIONINGS, "gripper"),
+                     ("arm_conditioning", ARM_CONDITIONINGS, "arm"))
+    for field_name, values, _ in conditionings:
+        asked, flag = getattr(cfg, field_name), "--" + field_name.replace("_", "-")
+        if asked is not None and asked not in values:
+            raise ValueError(f"{flag} must be one of {values}, got {asked!r}")
+        if asked is not None and cfg.stage != "dit":
+            raise ValueError(f"{flag} changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
@@ -607,12 +608,11 @@ def train(cfg: TrainConfig) -> dict:
                              "use another --out or --no-resume")
         if cfg.wrist_rays and not model.config.dit.wrist_rays:
             raise ValueError(f"{out} holds a run whose DiT has no wrist rays; use another --out or --no-resume")
-        if cfg.gripper_conditioning is not None and cfg.gripper_conditioning != model.config.gripper_conditioning:
-            raise ValueError(f"{out} holds a run conditioned on the {model.config.gripper_conditioning} gripper; refusing "
-                             f"to resume it with --gripper-conditioning {cfg.gripper_conditioning} (use another --out)")
-        if cfg.arm_conditioning is not None and cfg.arm_conditioning != model.config.arm_conditioning:
-            raise ValueError(f"{out} holds a run conditioned on the {model.config.arm_conditioning} arm; refusing "
-                             f"to resume it with --arm-conditioning {cfg.arm_conditioning} (use another --out)")
+        for field_name, _, what in conditionings:
+            asked, held = getattr(cfg, field_name), getattr(model.config, field_name)
+            if asked is not None and asked != held:
+                raise ValueError(f"{out} holds a run conditioned on the {held} {what}; refusing to resume it with "
+                                 f"--{field_name.replace('_', '-')} {asked} (use another --out)")
     elif cfg.init_from:
         model = WorldModel.from_pretrained(cfg.init_from)
         log.info("initialised from %s (its config wins over --config)", cfg.init_from)
@@ -654,13 +654,11 @@ def train(cfg: TrainConfig) -> dict:
         wm_config = preset(cfg.config)
         wm_config.dit = fresh_dit()
         model = WorldModel(wm_config)
-    if ckpt is None and cfg.gripper_conditioning is not None \
-            and cfg.gripper_conditioning != model.config.gripper_conditioning:
-        log.info("the DiT's gripper conditioning: %s -> %s", model.config.gripper_conditioning, cfg.gripper_conditioning)
-        model.config.gripper_conditioning = cfg.gripper_conditioning
-    if ckpt is None and cfg.arm_conditioning is not None and cfg.arm_conditioning != model.config.arm_conditioning:
-        log.info("the DiT's arm conditioning: %s -> %s", model.config.arm_conditioning, cfg.arm_conditioning)
-        model.config.arm_conditioning = cfg.arm_conditioning
+    for field_name, _, what in conditionings:
+        asked, held = getattr(cfg, field_name), getattr(model.config, field_name)
+        if ckpt is None and asked is not None and asked != held:
+            log.info("the DiT's %s conditioning: %s -> %s", what, held, asked)
+            setattr(model.config, field_name, asked)
     model.to(device)
     if cfg.change_weight and model.autoencoder.ref_head is None:
         raise ValueError("--change-weight weighs the reference head's loss, and this model has none; add one with "
@@ -778,8 +776,7 @@ def train(cfg: TrainConfig) -> dict:
             **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
             **({"wrist_rays": True} if cfg.wrist_rays else {}),
-            **({"gripper_conditioning": cfg.gripper_conditioning} if cfg.gripper_conditioning else {}),
-            **({"arm_conditioning": cfg.arm_conditioning} if cfg.arm_conditioning else {}),
+            **{f: getattr(cfg, f) for f, _, _ in conditionings if getattr(cfg, f)},
             **({"rollout_share": cfg.rollout_share, "rollout_seed": _rollout_seed(cfg), "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),
