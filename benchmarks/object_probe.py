@@ -45,46 +45,22 @@ from typing import Any
 
 import numpy as np
 
+from neuralsim.world_model.focus import exterior_camera_frames as camera_frames
+from neuralsim.world_model.focus import project_exterior as project
+
 log = logging.getLogger(__name__)
 
 #: SimDROID seeds of the probe's training renders: far from the dataset (0..), the held-out split
 #: (1_000_000..) and the OOD split (2_000_000..).
 PROBE_SEED = 3_000_000
 EXTERIOR_VIEWS = ("exterior_image_1_left", "exterior_image_2_left")
-#: Scene camera of each exterior view.
-EXTERIOR_CAMERAS = ("exterior_1", "exterior_2")
 #: Errors below this count as "found" in the validation report [m] (the cube's edge length).
 TOLERANCE_M = 0.05
 
 
 # ---------------------------------------------------------------------------------------------- cameras
-def camera_frames() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exterior cameras as (positions (2, 3), bases (2, 3, 3) rows = right, up, forward, tan(fovy / 2) (2,))."""
-    from neuralsim.envs import scene as S
-
-    pos, basis, tans = [], [], []
-    for cam in EXTERIOR_CAMERAS:
-        p, target, fovy = S.EXTERIOR_CAMERAS[cam]
-        p = np.asarray(p, float)
-        fwd = np.asarray(target, float) - p
-        fwd /= np.linalg.norm(fwd)
-        right = np.cross(fwd, [0.0, 0.0, 1.0])  # the same frame as scene.look_at_xyaxes
-        right /= np.linalg.norm(right)
-        up = np.cross(right, fwd)
-        pos.append(p)
-        basis.append(np.stack([right, up, fwd]))
-        tans.append(np.tan(np.radians(fovy) / 2))
-    return np.stack(pos), np.stack(basis), np.asarray(tans)
-
-
-def project(points: np.ndarray) -> np.ndarray:
-    """World points (N, 3) -> image points (N, 2 views, 2) as (column, row) in [-1, 1] (-1 = left/top edge)."""
-    pos, basis, tans = camera_frames()
-    d = points[:, None, :] - pos[None]  # (N, 2, 3)
-    cam = np.einsum("vij,nvj->nvi", basis, d)  # (N, 2, 3): right, up, forward
-    col = cam[..., 0] / cam[..., 2] / tans
-    row = -cam[..., 1] / cam[..., 2] / tans
-    return np.stack([col, row], -1)
+# camera_frames() and project(): the exterior cameras' geometry is the package's, imported above (the DiT's
+# focus masks project through the same cameras).
 
 
 def triangulate(uv: np.ndarray) -> np.ndarray:

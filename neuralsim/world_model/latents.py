@@ -141,8 +141,11 @@ class WindowedLatents:
     and first row), ``latents`` (fp16 (sum T, V, C, h, w)), ``cond`` (float32 (sum T, 7)) and ``device``.
     """
 
-    def get(self, indices: list[int], device):
-        """Latents (B, T, V, C, h, w) float32 and conditioning (B, T, 7) of dataset windows ``indices``."""
+    #: bool (sum T, V, h, w) focus masks (:mod:`neuralsim.world_model.focus`), or None when not computed
+    focus = None
+
+    def _rows(self, indices: list[int]):
+        """The concatenated rows (B * T,) of dataset windows ``indices``, on the store's device."""
         import torch
 
         T = self.dataset.clip_length
@@ -153,11 +156,23 @@ class WindowedLatents:
                 raise ValueError(f"window {i} (episode position {pos}, start {start}) has "
                                  f"{max(0, self.lengths[pos] - start)} latent frames, expected {T}")
             first[j] = self.offsets[pos] + start
-        rows = (torch.from_numpy(first)[:, None] + torch.arange(T)).flatten().to(self.device)
+        return (torch.from_numpy(first)[:, None] + torch.arange(T)).flatten().to(self.device)
+
+    def get(self, indices: list[int], device):
+        """Latents (B, T, V, C, h, w) float32 and conditioning (B, T, 7) of dataset windows ``indices``."""
+        T = self.dataset.clip_length
+        rows = self._rows(indices)
         z = self.latents.index_select(0, rows).float()
         c = self.cond.index_select(0, rows)
         return (z.view(len(indices), T, *z.shape[1:]).to(device),
                 c.view(len(indices), T, -1).to(device))
+
+    def get_focus(self, indices: list[int], device):
+        """Focus masks (B, T, V, 1, h, w) float32 (1 near the target cube, else 0) of dataset windows ``indices``."""
+        if self.focus is None:
+            raise ValueError(f"{type(self).__name__} of {self.dataset.root} was built without focus masks (focus=True)")
+        m = self.focus.index_select(0, self._rows(indices)).float()
+        return m.view(len(indices), self.dataset.clip_length, m.shape[1], 1, *m.shape[2:]).to(device)
 
 
 class LatentStore(WindowedLatents):
@@ -173,10 +188,12 @@ class LatentStore(WindowedLatents):
         progress: show a progress bar while encoding.
         gripper, arm: the conditioning signals the DiT is trained on (:func:`env_cond`); the disk cache always
             keeps the measured ones.
+        focus: also build each frame's focus mask (:func:`neuralsim.world_model.focus.record_focus`, from the
+            record's target poses and the recorded flange poses; cheap, not cached), served by :meth:`get_focus`.
     """
 
     def __init__(self, autoencoder, dataset, device="cpu", chunk: int = 64, progress: bool = True,
-                 gripper: str = "measured", arm: str = "measured"):
+                 gripper: str = "measured", arm: str = "measured", focus: bool = False):
         import torch
 
         from neuralsim.data.reader import load_episode, read_joints_and_actions
@@ -188,6 +205,7 @@ class LatentStore(WindowedLatents):
         self.dir = Path(dataset.root) / LATENT_CACHE_DIR / self.fingerprint
         latents: list[np.ndarray] = []  # per record: fp16 (T, V, C, h, w)
         conds: list[np.ndarray] = []  # per record: float32 (T, 7)
+        masks: list[np.ndarray] = []  # per record, with focus: bool (T, V, h, w)
         writable = True
         if progress:
             from tqdm.auto import tqdm
@@ -209,6 +227,10 @@ class LatentStore(WindowedLatents):
                 encoded += 1
                 if writable:
                     writable = write_npz(path, "latent", latents=z, cond=cond)
+            if focus:  # from the measured arm (the cached cond): the frames show where the arm really went
+                from .focus import record_focus
+
+                masks.append(record_focus(rec, cond[:, :6], grid=z.shape[-1]))
             if gripper != "measured" or arm != "measured":  # the cache keeps the measured cond; these are cheap to redo
                 cond = env_cond(cond, *read_joints_and_actions(dataset.root, rec, dataset.layout), gripper, arm)
             latents.append(z)
@@ -223,6 +245,8 @@ class LatentStore(WindowedLatents):
         del latents  # the concatenation is the only copy kept
         self.latents = torch.from_numpy(z_all).to(self.device)  # fp16 (sum T, V, C, h, w)
         self.cond = torch.from_numpy(np.concatenate(conds)).to(self.device)  # float32 (sum T, 7)
+        if focus:
+            self.focus = torch.from_numpy(np.concatenate(masks)).to(self.device)  # bool (sum T, V, h, w)
         log.info("latent store %s: %d episodes (%d encoded now), %.0f MB on %s", self.dir, len(self.lengths),
                  encoded, z_all.nbytes / 1e6, self.device)
 
@@ -250,3 +274,17 @@ class ConcatLatents:
                 for k, j in enumerate(rows):
                     z[j], c[j] = zp[k], cp[k]
         return torch.stack(z), torch.stack(c)
+
+    def get_focus(self, indices: list[int], device):
+        """As :meth:`WindowedLatents.get_focus`: (B, T, V, 1, h, w) focus masks, in order."""
+        import torch
+
+        where = [self.dataset.locate(int(i)) for i in indices]
+        m: list = [None] * len(indices)
+        for part, store in enumerate(self.stores):
+            rows = [j for j, (p, _) in enumerate(where) if p == part]
+            if rows:
+                mp = store.get_focus([where[j][1] for j in rows], device)
+                for k, j in enumerate(rows):
+                    m[j] = mp[k]
+        return torch.stack(m)

@@ -12,6 +12,12 @@ only when it writes a log line (a read makes the host wait for a GPU).  Besides 
 :data:`neuralsim.episode.VIEW_NAMES`): which camera the error comes from, and ``loss_ch<c>``, the mean
 over latent channel ``c``'s elements alone: which channel it comes from (with residual channels, the
 last ``AutoencoderConfig.residual_channels`` of them).
+
+Both objectives take an optional ``focus`` mask (B, T, V, 1, h, w) (1 on the latent cells near the target cube,
+:mod:`neuralsim.world_model.focus`) and ``focus_weight`` W: the loss is then the mean of the squared errors
+weighted ``1 + W`` on those cells and 1 elsewhere, normalised by the weights' mean so that W = 0 gives the plain
+loss.  With a mask the metrics also hold ``loss_plain`` (the unweighted mean, comparable with runs without one)
+and ``loss_focus`` (the mean over the masked cells alone).
 """
 
 from __future__ import annotations
@@ -40,8 +46,26 @@ def _t_with_context(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([t.new_zeros(t.shape[0], 1), t], dim=1)
 
 
+def _reduce(err: torch.Tensor, focus: torch.Tensor | None, focus_weight: float) -> tuple[torch.Tensor, dict]:
+    """The loss of squared errors ``err`` (B, N, V, C, h, w) of frames 1..T-1, and the focus metrics (module doc)."""
+    if focus is None:
+        return err.mean(), {}
+    if focus_weight < 0:
+        raise ValueError(f"focus_weight must be >= 0, got {focus_weight}")
+    m = focus[:, 1:].to(err.dtype)
+    if m.shape[:3] != err.shape[:3] or m.shape[-2:] != err.shape[-2:] or m.shape[3] != 1:
+        raise ValueError(f"focus mask {tuple(focus.shape)} does not fit latents {(err.shape[0], err.shape[1] + 1, *err.shape[2:])}; "
+                         "expected (B, T, V, 1, h, w)")
+    w = 1.0 + focus_weight * m
+    loss = (err * w).mean() / w.mean()
+    plain = err.detach().mean()
+    on_focus = (err.detach() * m).sum() / (m.sum() * err.shape[3]).clamp(min=1.0)
+    return loss, {"loss_plain": plain, "loss_focus": on_focus}
+
+
 def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
-                           generator: torch.Generator | None = None, discrete: bool = False) -> tuple[torch.Tensor, dict]:
+                           generator: torch.Generator | None = None, discrete: bool = False,
+                           focus: torch.Tensor | None = None, focus_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
     """Diffusion Forcing: independent per-frame noise, one causal forward, velocity MSE.
 
     Draws: t (B, N) -- ``U(0.001, 0.999)`` or, if ``discrete``, ``t_k`` with k ~ U{1..S}; then eps.
@@ -58,12 +82,13 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
     x_t = _noisy(x[:, 1:], eps, t)
     v = model(_with_context(x[:, :1], x_t), _t_with_context(t), cond)[:, 1:]
     err = (v.float() - (eps - x[:, 1:])).pow(2)
-    loss = err.mean()
-    return loss, {"loss": loss.detach(), **_error_breakdown(err)}
+    loss, extra = _reduce(err, focus, focus_weight)
+    return loss, {"loss": loss.detach(), **extra, **_error_breakdown(err)}
 
 
 def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
-                      generator: torch.Generator | None = None, anchor_prob: float = 0.5) -> tuple[torch.Tensor, dict]:
+                      generator: torch.Generator | None = None, anchor_prob: float = 0.5,
+                      focus: torch.Tensor | None = None, focus_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
     """Step Forcing, Algorithm 1 of RoboWorld, with all frames in parallel.
 
     Draws, in order: k (B, N) ~ U{1..S}; eps (B, N, ...) ~ N(0, I); u (B, N) ~ U[0, 1), anchor = u < p.
@@ -100,8 +125,8 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
     v2 = model(_with_context(x[:, :1], x_prior), _t_with_context(t_prior), cond)[:, 1:]
     x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
     err = (x[:, 1:] - x_hat).pow(2)
-    loss = err.mean()
-    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **_error_breakdown(err)}
+    loss, extra = _reduce(err, focus, focus_weight)
+    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **extra, **_error_breakdown(err)}
 
 
 def _error_breakdown(err: torch.Tensor) -> dict:

@@ -168,6 +168,9 @@ class TrainConfig:
     arm_conditioning: str | None = None
     """DiT stage: train the DiT on this arm pose (``WorldModelConfig.arm_conditioning``: ``"measured"`` or
     ``"replay"``), switching an ``init_from`` model's to it; None keeps the model's (a fresh model: measured)."""
+    focus_weight: float = 0.0
+    """DiT stage on SimDROID roots: the latent cells near the target cube (its start and end places and the gripper,
+    :mod:`neuralsim.world_model.focus`) weigh ``1 + focus_weight`` in the loss instead of 1.  0: every cell alike."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -265,6 +268,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage dit: the arm pose the DiT is conditioned on: 'measured' (forward kinematics of "
                              "the recorded joints, held back by contacts) or 'replay' (of the action adapter's replay "
                              "of the recorded actions, what NeuralDROID gives it); default: the --init-from model's")
+    parser.add_argument("--focus-weight", dest="focus_weight", type=float, default=d.focus_weight,
+                        help="--stage dit on SimDROID data: latent cells near the target cube (its start and end places "
+                             "and the gripper) weigh 1 + this in the loss (default 0: all alike), so the DiT learns to "
+                             "carry the cube instead of leaving it where it stood")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -547,6 +554,16 @@ def train(cfg: TrainConfig) -> dict:
                          f"autoencoder and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if not (math.isfinite(cfg.change_weight) and cfg.change_weight >= 0):
         raise ValueError(f"--change-weight must be >= 0, got {cfg.change_weight}")
+    if not (cfg.focus_weight >= 0 and math.isfinite(cfg.focus_weight)):
+        raise ValueError(f"--focus-weight must be a finite number >= 0, got {cfg.focus_weight}")
+    if cfg.focus_weight and cfg.stage != "dit":
+        raise ValueError(f"--focus-weight weighs the DiT's loss; it needs --stage dit (got {cfg.stage!r})")
+    if cfg.focus_weight and (cfg.data.strip().startswith("synthetic") or not cfg.latent_disk_cache):
+        raise ValueError("--focus-weight reads each episode's target poses through the latent store; it needs SimDROID "
+                         "dataset roots (not synthetic data) and the latent disk cache (no --no-latent-disk-cache)")
+    if cfg.focus_weight and real_droid_roots(cfg.data):
+        raise ValueError(f"--focus-weight needs SimDROID episodes (their target cube's poses), and "
+                         f"{', '.join(real_droid_roots(cfg.data))} is real DROID data")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
     # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)
@@ -699,6 +716,9 @@ def train(cfg: TrainConfig) -> dict:
         if trainer["train_config"].get("residual_channels", 0) != cfg.residual_channels:
             raise ValueError(f"{out} holds a run with --residual-channels {trainer['train_config'].get('residual_channels', 0)}; "
                              f"refusing to resume it with {cfg.residual_channels} (use the same, or another --out)")
+        if trainer["train_config"].get("focus_weight", 0.0) != cfg.focus_weight:
+            raise ValueError(f"{out} holds a run with --focus-weight {trainer['train_config'].get('focus_weight', 0.0)}; "
+                             f"refusing to resume it with {cfg.focus_weight} (use the same, or another --out)")
         if trainer["train_config"].get("rollout_share", 0.0) != cfg.rollout_share:
             raise ValueError(f"{out} holds a run with --rollout-share {trainer['train_config'].get('rollout_share', 0.0)}; "
                              f"refusing to resume it with {cfg.rollout_share} (use the same, or another --out)")
@@ -723,12 +743,13 @@ def train(cfg: TrainConfig) -> dict:
             from .latents import ConcatLatents, LatentStore
 
             memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device, progress=cfg.progress and is_main,
-                                                       gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning) for part in dataset.parts])
+                                                       gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning,
+                                                       focus=cfg.focus_weight > 0) for part in dataset.parts])
         elif cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
             from .latents import LatentStore
 
             memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main,
-                               gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning)
+                               gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning, focus=cfg.focus_weight > 0)
         else:
             memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips)
 
@@ -781,7 +802,8 @@ def train(cfg: TrainConfig) -> dict:
                if cfg.rollout_share else {}),
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),
             **({"residual_channels": cfg.residual_channels} if cfg.residual_channels else {}),
-            **({"change_weight": cfg.change_weight} if cfg.change_weight else {})}]
+            **({"change_weight": cfg.change_weight} if cfg.change_weight else {}),
+            **({"focus_weight": cfg.focus_weight} if cfg.focus_weight else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
@@ -843,7 +865,8 @@ def train(cfg: TrainConfig) -> dict:
             else:
                 z, cond = memo.get(idx, device)
                 x = model.normalise(z)
-                loss, metrics = loss_fn(run_module, x, cond, wm_cfg.schedule, generator=noise_gen, **loss_kwargs)
+                focus = {"focus": memo.get_focus(idx, device), "focus_weight": cfg.focus_weight} if cfg.focus_weight else {}
+                loss, metrics = loss_fn(run_module, x, cond, wm_cfg.schedule, generator=noise_gen, **loss_kwargs, **focus)
         if check_every_step:
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss {float(loss.detach())} at step {step}")
