@@ -260,31 +260,27 @@ class ConcatLatents:
             raise ValueError(f"{len(dataset.parts)} dataset parts but {len(stores)} latent stores")
         self.dataset, self.stores = dataset, list(stores)
 
-    def get(self, indices: list[int], device):
-        """As :meth:`LatentStore.get`: (B, T, V, C, h, w) latents and (B, T, 7) conditioning, in order."""
+    def _gather(self, indices: list[int], fetch) -> list:
+        """``fetch(store, local indices)`` -> a tuple of per-window tensors, asked of each part for its windows and
+        put back in the order of ``indices``: one stacked tensor per element of the tuple."""
         import torch
 
         where = [self.dataset.locate(int(i)) for i in indices]
-        z: list = [None] * len(indices)
-        c: list = [None] * len(indices)
+        out: list = [None] * len(indices)
         for part, store in enumerate(self.stores):
             rows = [j for j, (p, _) in enumerate(where) if p == part]
             if rows:
-                zp, cp = store.get([where[j][1] for j in rows], device)
+                got = fetch(store, [where[j][1] for j in rows])
                 for k, j in enumerate(rows):
-                    z[j], c[j] = zp[k], cp[k]
-        return torch.stack(z), torch.stack(c)
+                    out[j] = tuple(t[k] for t in got)
+        return [torch.stack(col) for col in zip(*out)]
+
+    def get(self, indices: list[int], device):
+        """As :meth:`LatentStore.get`: (B, T, V, C, h, w) latents and (B, T, 7) conditioning, in order."""
+        z, c = self._gather(indices, lambda store, local: store.get(local, device))
+        return z, c
 
     def get_focus(self, indices: list[int], device):
         """As :meth:`WindowedLatents.get_focus`: (B, T, V, 1, h, w) focus masks, in order."""
-        import torch
-
-        where = [self.dataset.locate(int(i)) for i in indices]
-        m: list = [None] * len(indices)
-        for part, store in enumerate(self.stores):
-            rows = [j for j, (p, _) in enumerate(where) if p == part]
-            if rows:
-                mp = store.get_focus([where[j][1] for j in rows], device)
-                for k, j in enumerate(rows):
-                    m[j] = mp[k]
-        return torch.stack(m)
+        (m,) = self._gather(indices, lambda store, local: (store.get_focus(local, device),))
+        return m

@@ -270,8 +270,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "of the recorded actions, what NeuralDROID gives it); default: the --init-from model's")
     parser.add_argument("--focus-weight", dest="focus_weight", type=float, default=d.focus_weight,
                         help="--stage dit on SimDROID data: latent cells near the target cube (its start and end places "
-                             "and the gripper) weigh 1 + this in the loss (default 0: all alike), so the DiT learns to "
-                             "carry the cube instead of leaving it where it stood")
+                             "and the gripper) weigh 1 + this in the loss (default 0: all alike); it lowers the one-step "
+                             "error there, not the open-loop cube's drift (docs/FIDELITY.md, session 55)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
