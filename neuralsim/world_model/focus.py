@@ -77,9 +77,8 @@ def tool_centre(cartesian: np.ndarray) -> np.ndarray:
 def _marks(uv: np.ndarray, grid: int, radius: float) -> np.ndarray:
     """Image points (T, P, 2) in [-1, 1] -> (T, grid, grid) bool: cells whose centre lies within ``radius`` cells of
     any point."""
-    centres = (np.arange(grid) + 0.5) / grid * 2.0 - 1.0
     pix = (uv + 1.0) / 2.0 * grid  # in cells, 0 .. grid
-    cc = (centres + 1.0) / 2.0 * grid
+    cc = np.arange(grid) + 0.5  # cell centres, in cells
     dc = cc[None, None, None, :] - pix[..., 0][..., None, None]  # (T, P, 1, grid) columns
     dr = cc[None, None, :, None] - pix[..., 1][..., None, None]  # (T, P, grid, 1) rows
     return ((dc ** 2 + dr ** 2) <= radius ** 2).any(axis=1)

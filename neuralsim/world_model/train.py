@@ -561,9 +561,6 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.focus_weight and (cfg.data.strip().startswith("synthetic") or not cfg.latent_disk_cache):
         raise ValueError("--focus-weight reads each episode's target poses through the latent store; it needs SimDROID "
                          "dataset roots (not synthetic data) and the latent disk cache (no --no-latent-disk-cache)")
-    if cfg.focus_weight and real_droid_roots(cfg.data):
-        raise ValueError(f"--focus-weight needs SimDROID episodes (their target cube's poses), and "
-                         f"{', '.join(real_droid_roots(cfg.data))} is real DROID data")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
     # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)
@@ -578,6 +575,9 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
+    if cfg.focus_weight and real:
+        raise ValueError(f"--focus-weight needs SimDROID episodes (their target cube's poses), and "
+                         f"{', '.join(real)} is real DROID data")
     if cfg.wrist_rays and real:
         raise ValueError(f"--wrist-rays computes the rays of SimDROID's wrist camera mount, but {real} is real DROID "
                          "data, filmed by another camera on another mount; train without --wrist-rays")
