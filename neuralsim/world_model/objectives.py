@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .sampler import euler_step
+from .sampler import euler_step, rollout_latents
 
 Objective = Callable[..., tuple[torch.Tensor, dict]]
 
@@ -88,7 +88,8 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
 
 def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
                       generator: torch.Generator | None = None, anchor_prob: float = 0.5,
-                      focus: torch.Tensor | None = None, focus_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
+                      focus: torch.Tensor | None = None, focus_weight: float = 0.0,
+                      self_rollout: int = 0, rollout_model=None) -> tuple[torch.Tensor, dict]:
     """Step Forcing, Algorithm 1 of RoboWorld, with all frames in parallel.
 
     Draws, in order: k (B, N) ~ U{1..S}; eps (B, N, ...) ~ N(0, I); u (B, N) ~ U[0, 1), anchor = u < p.
@@ -102,30 +103,56 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
 
     ``anchor_prob = 1`` is the "no self-forward" ablation (it skips pass 2: every prior is the noisy
     ground truth); ``anchor_prob = 0`` is the "no anchor" ablation.
+
+    ``self_rollout`` R > 0 (not in the paper): after the draws above, K ~ U{0..R} is drawn for the batch, and
+    frames 1..K are replaced by the model's own rollout from frame 0 (:func:`~.sampler.rollout_latents`, no grad,
+    its noise drawn next), clean context at t = 0 as at inference. Frames K+1..T-1 are trained as above on the
+    true frames, so the model learns the next true frame after its own, drifted ones. ``rollout_model``: the
+    bare :class:`~.dit.CausalDiT` to roll out with (default ``model``; pass it when ``model`` is wrapped).
     """
     if not 0.0 <= anchor_prob <= 1.0:
         raise ValueError(f"anchor_prob must be in [0, 1], got {anchor_prob}")
     b, n = x.shape[0], x.shape[1] - 1
+    if not 0 <= self_rollout < n:
+        raise ValueError(f"self_rollout must be in [0, {n - 1}] for clips of {n + 1} frames (some frame must stay "
+                         f"to train), got {self_rollout}")
     dev, gdev = x.device, _gdev(generator)
     ts = torch.tensor([0.0] + [float(s) for s in schedule], device=dev)  # t_0 = 0, t_1..t_S
     k = torch.randint(1, len(ts), (b, n), generator=generator, device=gdev).to(dev)
     eps = torch.randn(x[:, 1:].shape, generator=generator, device=gdev).to(dev)
     anchor = (torch.rand((b, n), generator=generator, device=gdev) < anchor_prob).to(dev)
+    rolled = int(torch.randint(0, self_rollout + 1, (1,), generator=generator, device=gdev)) if self_rollout else 0
+    if rolled:  # context = frame 0 and the model's own frames 1..K; frames K+1.. are trained
+        own = rollout_latents(rollout_model if rollout_model is not None else model, x[:, 0].float(),
+                              cond[:, :rolled + 1].float(), schedule, generator).to(x.dtype)
+        context = torch.cat([x[:, :1], own], dim=1)
+        k, eps, anchor = k[:, rolled:], eps[:, rolled:], anchor[:, rolled:]
+        focus = None if focus is None else focus[:, rolled:]
+    else:
+        context = x[:, :1]
+    target = x[:, rolled + 1:]
 
-    t_k = ts[k]  # (B, N)
-    x_k = _noisy(x[:, 1:], eps, t_k)
+    def with_context(frames: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.cat([context, frames], dim=1),
+                torch.cat([t.new_zeros(b, context.shape[1]), t], dim=1))
+
+    t_k = ts[k]  # (B, N - K)
+    x_k = _noisy(target, eps, t_k)
     dt = torch.where(anchor, torch.zeros_like(t_k), t_k - ts[k - 1])
     t_prior = t_k - dt
+    first = context.shape[1]
     if anchor_prob < 1.0:
         with torch.no_grad():
-            v1 = model(_with_context(x[:, :1], x_k), _t_with_context(t_k), cond)[:, 1:].float()
+            v1 = model(*with_context(x_k, t_k), cond)[:, first:].float()
         x_prior = euler_step(x_k, v1, dt, 0.0)  # x_k - dt * v1
     else:
         x_prior = x_k
-    v2 = model(_with_context(x[:, :1], x_prior), _t_with_context(t_prior), cond)[:, 1:]
+    v2 = model(*with_context(x_prior, t_prior), cond)[:, first:]
     x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
-    err = (x[:, 1:] - x_hat).pow(2)
+    err = (target - x_hat).pow(2)
     loss, extra = _reduce(err, focus, focus_weight)
+    if self_rollout:
+        extra["rollout_frames"] = torch.tensor(float(rolled), device=dev)
     return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **extra, **_error_breakdown(err)}
 
 

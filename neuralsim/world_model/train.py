@@ -171,6 +171,10 @@ class TrainConfig:
     focus_weight: float = 0.0
     """DiT stage on SimDROID roots: the latent cells near the target cube (its start and end places and the gripper,
     :mod:`neuralsim.world_model.focus`) weigh ``1 + focus_weight`` in the loss instead of 1.  0: every cell alike."""
+    self_rollout: int = 0
+    """DiT stage, Step Forcing objectives: each batch draws K ~ U{0..self_rollout}, rolls the model out for frames
+    1..K from the clip's first frame (no grad, as the env would) and trains frames K+1.. on that context
+    (``step_forcing_loss``): the model sees its own drifted frames in training.  0: the paper's objective."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -272,6 +276,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage dit on SimDROID data: latent cells near the target cube (its start and end places "
                              "and the gripper) weigh 1 + this in the loss (default 0: all alike); it lowers the one-step "
                              "error there, not the open-loop cube's drift (docs/FIDELITY.md, session 55)")
+    parser.add_argument("--self-rollout", dest="self_rollout", type=int, default=d.self_rollout,
+                        help="--stage dit with a Step Forcing objective: each batch replaces frames 1..K of its clips, "
+                             "K drawn from 0..this, by the model's own rollout (no grad) and trains the frames after "
+                             "them, so it learns to continue its own drifted frames (default 0: off; at most clip "
+                             "length - 1)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -561,6 +570,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.focus_weight and (cfg.data.strip().startswith("synthetic") or not cfg.latent_disk_cache):
         raise ValueError("--focus-weight reads each episode's target poses through the latent store; it needs SimDROID "
                          "dataset roots (not synthetic data) and the latent disk cache (no --no-latent-disk-cache)")
+    if cfg.self_rollout < 0:
+        raise ValueError(f"--self-rollout is a number of frames (0: off), got {cfg.self_rollout}")
+    if cfg.self_rollout and (cfg.stage != "dit" or not cfg.objective.startswith("step_forcing")):
+        raise ValueError("--self-rollout rolls the DiT out inside Step Forcing's loss; it needs --stage dit and a "
+                         f"step_forcing objective (got stage {cfg.stage!r}, objective {cfg.objective!r})")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
     # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)
@@ -719,6 +733,9 @@ def train(cfg: TrainConfig) -> dict:
         if trainer["train_config"].get("focus_weight", 0.0) != cfg.focus_weight:
             raise ValueError(f"{out} holds a run with --focus-weight {trainer['train_config'].get('focus_weight', 0.0)}; "
                              f"refusing to resume it with {cfg.focus_weight} (use the same, or another --out)")
+        if trainer["train_config"].get("self_rollout", 0) != cfg.self_rollout:
+            raise ValueError(f"{out} holds a run with --self-rollout {trainer['train_config'].get('self_rollout', 0)}; "
+                             f"refusing to resume it with {cfg.self_rollout} (use the same, or another --out)")
         if trainer["train_config"].get("rollout_share", 0.0) != cfg.rollout_share:
             raise ValueError(f"{out} holds a run with --rollout-share {trainer['train_config'].get('rollout_share', 0.0)}; "
                              f"refusing to resume it with {cfg.rollout_share} (use the same, or another --out)")
@@ -783,6 +800,11 @@ def train(cfg: TrainConfig) -> dict:
 
     if cfg.stage == "dit":
         loss_fn, loss_kwargs = get_objective(cfg.objective)
+        if cfg.self_rollout:
+            if cfg.self_rollout > wm_cfg.clip_length - 2:  # frame 0 is context, one frame must stay to train
+                raise ValueError(f"--self-rollout {cfg.self_rollout} leaves no frame to train in clips of "
+                                 f"{wm_cfg.clip_length} frames; use at most {wm_cfg.clip_length - 2}")
+            loss_kwargs = {**loss_kwargs, "self_rollout": cfg.self_rollout, "rollout_model": model.dit}
     stage_obj = cfg.objective if cfg.stage == "dit" else "reconstruction"
     budget = {"steps": cfg.steps, **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {}),
               **({"cool_down_secs": cfg.cool_down_secs} if cfg.cool_down_secs else {})}
@@ -803,7 +825,8 @@ def train(cfg: TrainConfig) -> dict:
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),
             **({"residual_channels": cfg.residual_channels} if cfg.residual_channels else {}),
             **({"change_weight": cfg.change_weight} if cfg.change_weight else {}),
-            **({"focus_weight": cfg.focus_weight} if cfg.focus_weight else {})}]
+            **({"focus_weight": cfg.focus_weight} if cfg.focus_weight else {}),
+            **({"self_rollout": cfg.self_rollout} if cfg.self_rollout else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
