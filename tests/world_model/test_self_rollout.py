@@ -10,9 +10,10 @@ import torch
 from neuralsim.world_model.model import WorldModel
 from neuralsim.world_model.objectives import step_forcing_loss
 from neuralsim.world_model.sampler import rollout_latents, sample_noise
-from neuralsim.world_model.train import TrainConfig, train
+from neuralsim.world_model.train import train
 
 from .conftest import conds, latents
+from .test_train import _cfg as train_cfg
 
 
 def test_rollout_latents_are_the_frames_the_env_path_generates(tiny_model):
@@ -82,10 +83,7 @@ def test_a_batch_drawn_without_rollout_is_plain_step_forcing(tiny_model):
 
 
 def _cfg(out, **kw):
-    base = dict(stage="dit", objective="step_forcing", data="synthetic:8", out=str(out), config="tiny", steps=4,
-                batch_size=2, log_every=1, checkpoint_every=2, sample_every=-1, progress=False, warmup=2)
-    base.update(kw)
-    return TrainConfig(**base)
+    return train_cfg(out, **{"steps": 4, "checkpoint_every": 2, **kw})
 
 
 def test_trainer_runs_self_rollout_records_it_and_refuses_misuse(tmp_path):
