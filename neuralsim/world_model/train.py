@@ -279,8 +279,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--self-rollout", dest="self_rollout", type=int, default=d.self_rollout,
                         help="--stage dit with a Step Forcing objective: each batch replaces frames 1..K of its clips, "
                              "K drawn from 0..this, by the model's own rollout (no grad) and trains the frames after "
-                             "them, so it learns to continue its own drifted frames (default 0: off; at most clip "
-                             "length - 1)")
+                             "them (default 0: off; at most clip length - 2). It lowers the error after the model's "
+                             "own frames and blurs the open-loop frames; the cube stays (docs/FIDELITY.md, session 56)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
