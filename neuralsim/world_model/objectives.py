@@ -37,13 +37,10 @@ def _noisy(x: torch.Tensor, eps: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return tt * eps + (1 - tt) * x
 
 
-def _with_context(x0: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-    """Prepend the clean context frame x0 (B, 1, ...) to frames (B, N, ...)."""
-    return torch.cat([x0, frames], dim=1)
-
-
-def _t_with_context(t: torch.Tensor) -> torch.Tensor:
-    return torch.cat([t.new_zeros(t.shape[0], 1), t], dim=1)
+def _with_context(context: torch.Tensor, frames: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's input: clean context frames (B, K, ...) before ``frames`` (B, N, ...), and their noise levels:
+    0 for the context, ``t`` (B, N) for the frames."""
+    return torch.cat([context, frames], dim=1), torch.cat([t.new_zeros(t.shape[0], context.shape[1]), t], dim=1)
 
 
 def _reduce(err: torch.Tensor, focus: torch.Tensor | None, focus_weight: float) -> tuple[torch.Tensor, dict]:
@@ -80,7 +77,7 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
         t = (torch.rand((b, n), generator=generator, device=_gdev(generator)) * 0.998 + 0.001).to(dev)
     eps = torch.randn(x[:, 1:].shape, generator=generator, device=_gdev(generator)).to(dev)
     x_t = _noisy(x[:, 1:], eps, t)
-    v = model(_with_context(x[:, :1], x_t), _t_with_context(t), cond)[:, 1:]
+    v = model(*_with_context(x[:, :1], x_t, t), cond)[:, 1:]
     err = (v.float() - (eps - x[:, 1:])).pow(2)
     loss, extra = _reduce(err, focus, focus_weight)
     return loss, {"loss": loss.detach(), **extra, **_error_breakdown(err)}
@@ -132,10 +129,6 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
         context = x[:, :1]
     target = x[:, rolled + 1:]
 
-    def with_context(frames: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.cat([context, frames], dim=1),
-                torch.cat([t.new_zeros(b, context.shape[1]), t], dim=1))
-
     t_k = ts[k]  # (B, N - K)
     x_k = _noisy(target, eps, t_k)
     dt = torch.where(anchor, torch.zeros_like(t_k), t_k - ts[k - 1])
@@ -143,11 +136,11 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
     first = context.shape[1]
     if anchor_prob < 1.0:
         with torch.no_grad():
-            v1 = model(*with_context(x_k, t_k), cond)[:, first:].float()
+            v1 = model(*_with_context(context, x_k, t_k), cond)[:, first:].float()
         x_prior = euler_step(x_k, v1, dt, 0.0)  # x_k - dt * v1
     else:
         x_prior = x_k
-    v2 = model(*with_context(x_prior, t_prior), cond)[:, first:]
+    v2 = model(*_with_context(context, x_prior, t_prior), cond)[:, first:]
     x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
     err = (target - x_hat).pow(2)
     loss, extra = _reduce(err, focus, focus_weight)

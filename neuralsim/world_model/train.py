@@ -695,6 +695,9 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError("--change-weight weighs the reference head's loss, and this model has none; add one with "
                          "--reference-head W")
     wm_cfg = model.config
+    if cfg.self_rollout > wm_cfg.clip_length - 2:  # frame 0 is context, one frame must stay to train
+        raise ValueError(f"--self-rollout {cfg.self_rollout} leaves no frame to train in clips of "
+                         f"{wm_cfg.clip_length} frames; use at most {wm_cfg.clip_length - 2}")
     recipe = dict(wm_cfg.recipe)
     ae_parts = ({"autoencoder.": model.autoencoder} if not cfg.residual_channels else  # the base encoder stays frozen
                 {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in
@@ -724,22 +727,15 @@ def train(cfg: TrainConfig) -> dict:
         if trainer["train_config"]["stage"] != cfg.stage or trainer["train_config"]["objective"] != cfg.objective:
             raise ValueError(f"{out} holds a {trainer['train_config']['stage']}/{trainer['train_config']['objective']} "
                              f"run; refusing to resume it as {cfg.stage}/{cfg.objective} (use another --out)")
-        if trainer["train_config"].get("reference_head", 0) != cfg.reference_head:
-            raise ValueError(f"{out} holds a run with --reference-head {trainer['train_config'].get('reference_head', 0)}; "
-                             f"refusing to resume it with {cfg.reference_head} (use the same, or another --out)")
-        if trainer["train_config"].get("residual_channels", 0) != cfg.residual_channels:
-            raise ValueError(f"{out} holds a run with --residual-channels {trainer['train_config'].get('residual_channels', 0)}; "
-                             f"refusing to resume it with {cfg.residual_channels} (use the same, or another --out)")
-        if trainer["train_config"].get("focus_weight", 0.0) != cfg.focus_weight:
-            raise ValueError(f"{out} holds a run with --focus-weight {trainer['train_config'].get('focus_weight', 0.0)}; "
-                             f"refusing to resume it with {cfg.focus_weight} (use the same, or another --out)")
-        if trainer["train_config"].get("self_rollout", 0) != cfg.self_rollout:
-            raise ValueError(f"{out} holds a run with --self-rollout {trainer['train_config'].get('self_rollout', 0)}; "
-                             f"refusing to resume it with {cfg.self_rollout} (use the same, or another --out)")
-        if trainer["train_config"].get("rollout_share", 0.0) != cfg.rollout_share:
-            raise ValueError(f"{out} holds a run with --rollout-share {trainer['train_config'].get('rollout_share', 0.0)}; "
-                             f"refusing to resume it with {cfg.rollout_share} (use the same, or another --out)")
         old = trainer["train_config"]
+        # options a run keeps for its whole length (their values before the option existed: the defaults)
+        for field_name, before in (("reference_head", 0), ("residual_channels", 0), ("focus_weight", 0.0),
+                                   ("self_rollout", 0), ("rollout_share", 0.0)):
+            held, asked = old.get(field_name, before), getattr(cfg, field_name)
+            if held != asked:
+                flag = "--" + field_name.replace("_", "-")
+                raise ValueError(f"{out} holds a run with {flag} {held}; refusing to resume it with {asked} "
+                                 "(use the same, or another --out)")
         old_rollout_seed = old.get("rollout_seed") if old.get("rollout_seed") is not None else old.get("seed", 0)
         if cfg.rollout_share and old_rollout_seed != _rollout_seed(cfg):
             raise ValueError(f"{out} holds a run whose rollouts used seed {old_rollout_seed}; refusing to resume it with "
@@ -801,9 +797,6 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.stage == "dit":
         loss_fn, loss_kwargs = get_objective(cfg.objective)
         if cfg.self_rollout:
-            if cfg.self_rollout > wm_cfg.clip_length - 2:  # frame 0 is context, one frame must stay to train
-                raise ValueError(f"--self-rollout {cfg.self_rollout} leaves no frame to train in clips of "
-                                 f"{wm_cfg.clip_length} frames; use at most {wm_cfg.clip_length - 2}")
             loss_kwargs = {**loss_kwargs, "self_rollout": cfg.self_rollout, "rollout_model": model.dit}
     stage_obj = cfg.objective if cfg.stage == "dit" else "reconstruction"
     budget = {"steps": cfg.steps, **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {}),
