@@ -349,6 +349,27 @@ class WorldModel(nn.Module):
         return new.eval()
 
     @torch.no_grad()
+    def with_dit_blocks(self, blocks: int) -> "WorldModel":
+        """A copy of this model whose DiT has ``blocks`` more blocks, appended after its own.
+
+        A DiT block is AdaLN-Zero: its modulation layer starts at zero, so its three gates are zero and a
+        fresh block passes its input through unchanged.  Every existing weight is copied bit for bit, so the
+        deeper copy predicts exactly what this model does until it is trained; the new blocks' other initial
+        weights come from the global torch RNG.  For testing whether capacity is what a trained DiT lacks,
+        without starting from scratch.  The recipe is kept.
+        """
+        blocks = int(blocks)
+        if blocks < 1:
+            raise ValueError(f"blocks must be >= 1, got {blocks}")
+        cfg = WorldModelConfig.from_dict(self.config.to_dict())
+        cfg.dit = dataclasses.replace(cfg.dit, depth=cfg.dit.depth + blocks)
+        new = type(self)(cfg).to(self.device)
+        own = new.state_dict()
+        for name, t in self.state_dict().items():
+            own[name].copy_(t)
+        return new.eval()
+
+    @torch.no_grad()
     def with_residual_channels(self, channels: int) -> "WorldModel":
         """A copy of this model whose latent gains ``channels`` residual channels (``AutoencoderConfig.residual_channels``).
 

@@ -175,6 +175,10 @@ class TrainConfig:
     """DiT stage, Step Forcing objectives: each batch draws K ~ U{0..self_rollout}, rolls the model out for frames
     1..K from the clip's first frame (no grad, as the env would) and trains frames K+1.. on that context
     (``step_forcing_loss``): the model sees its own drifted frames in training.  0: the paper's objective."""
+    add_dit_blocks: int = 0
+    """DiT stage with ``init_from``: append this many fresh AdaLN-Zero blocks to the model's DiT first
+    (:meth:`~neuralsim.world_model.model.WorldModel.with_dit_blocks`); the deeper DiT starts by predicting
+    exactly what the model did.  0: keep its depth."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -281,6 +285,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "K drawn from 0..this, by the model's own rollout (no grad) and trains the frames after "
                              "them (default 0: off; at most clip length - 2). It lowers the error after the model's "
                              "own frames and blurs the open-loop frames; the cube stays (docs/FIDELITY.md, session 56)")
+    parser.add_argument("--add-dit-blocks", dest="add_dit_blocks", type=int, default=d.add_dit_blocks,
+                        help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as the "
+                             "identity (AdaLN-Zero), so training goes on from its predictions with more capacity "
+                             "(default 0)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -575,6 +583,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.self_rollout and (cfg.stage != "dit" or not cfg.objective.startswith("step_forcing")):
         raise ValueError("--self-rollout rolls the DiT out inside Step Forcing's loss; it needs --stage dit and a "
                          f"step_forcing objective (got stage {cfg.stage!r}, objective {cfg.objective!r})")
+    if cfg.add_dit_blocks < 0:
+        raise ValueError(f"--add-dit-blocks is a number of DiT blocks (0: none), got {cfg.add_dit_blocks}")
+    if cfg.add_dit_blocks and (cfg.stage != "dit" or not cfg.init_from):
+        raise ValueError("--add-dit-blocks deepens the DiT of a trained model; it needs --stage dit and --init-from "
+                         f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
     # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)
@@ -674,6 +687,12 @@ def train(cfg: TrainConfig) -> dict:
             torch.manual_seed(cfg.seed)
             model = model.with_wrist_rays()
             log.info("the DiT gained a zero-initialised wrist camera ray embedding")
+        if cfg.add_dit_blocks:
+            torch.manual_seed(cfg.seed)
+            before = model.config.dit.depth
+            model = model.with_dit_blocks(cfg.add_dit_blocks)
+            log.info("the DiT grew from %d to %d blocks (the new ones start as the identity)", before,
+                     model.config.dit.depth)
     elif cfg.autoencoder_from:
         donor = WorldModel.from_pretrained(cfg.autoencoder_from)
         torch.manual_seed(cfg.seed)
@@ -730,7 +749,8 @@ def train(cfg: TrainConfig) -> dict:
         old = trainer["train_config"]
         # options a run keeps for its whole length (their values before the option existed: the defaults)
         for field_name, before in (("reference_head", 0), ("residual_channels", 0), ("focus_weight", 0.0),
-                                   ("self_rollout", 0), ("rollout_share", 0.0)):
+                                   ("self_rollout", 0), ("rollout_share", 0.0),
+                                   ("add_dit_blocks", 0)):
             held, asked = old.get(field_name, before), getattr(cfg, field_name)
             if held != asked:
                 flag = "--" + field_name.replace("_", "-")
@@ -819,7 +839,8 @@ def train(cfg: TrainConfig) -> dict:
             **({"residual_channels": cfg.residual_channels} if cfg.residual_channels else {}),
             **({"change_weight": cfg.change_weight} if cfg.change_weight else {}),
             **({"focus_weight": cfg.focus_weight} if cfg.focus_weight else {}),
-            **({"self_rollout": cfg.self_rollout} if cfg.self_rollout else {})}]
+            **({"self_rollout": cfg.self_rollout} if cfg.self_rollout else {}),
+            **({"added_dit_blocks": cfg.add_dit_blocks} if cfg.add_dit_blocks else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
