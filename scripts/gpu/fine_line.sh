@@ -19,6 +19,9 @@
 # Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
 # WRIST_RAYS=1 gives the DiT per-token wrist camera rays (--wrist-rays, DiTConfig.wrist_rays; a model from INIT
 # without them gains a zero-initialised ray embedding).
+# ADD_BLOCKS=n appends n blocks to the DiT before Step Forcing (--add-dit-blocks; they start as the identity), e.g.
+# the shipped coarse model with more capacity: INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0
+# (DEC_STEPS=0 keeps its decoder and reference head; the stage below would prune the decoder).
 # COMPILE=1 runs the DiT stages under torch.compile (--compile; untried on a GPU so far: compare the logged
 # s_per_step with an earlier call's before keeping it).
 set -euo pipefail
@@ -88,10 +91,11 @@ $PY -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/df/model" 
 dec=$!
 fi
 
+SF_EXTRA=(); [ -z "${ADD_BLOCKS:-}" ] || SF_EXTRA=(--add-dit-blocks "$ADD_BLOCKS")
 log "Step Forcing to $(date -u -d @$(( END - FINAL_SECS )) +%T), the last $COOL_SECS s cooling down -> $RUNS/sf"
 $PY -m neuralsim.world_model.train --stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DIT_DATA" \
     --out "$RUNS/sf" --batch-size "$BS" --lr "$LR" --warmup 100 --steps 10000000 --deadline $(( END - FINAL_SECS )) \
-    --cool-down-secs "$COOL_SECS" "${COMMON[@]}" "${DIT_EXTRA[@]}"
+    --cool-down-secs "$COOL_SECS" "${COMMON[@]}" "${DIT_EXTRA[@]}" "${SF_EXTRA[@]}"
 
 log "waiting for the decoder stage"
 [ -z "$dec" ] || wait "$dec" || log "decoder stage failed (see $RUNS/dec.log); shipping the autoencoder's own decoder"

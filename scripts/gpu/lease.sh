@@ -3,6 +3,7 @@
 #   PIPE_MIN=7 bash scripts/gpu/lease.sh                            # the fine line from nothing
 #   INIT=runs/gpu_fine/model PIPE_MIN=7 bash scripts/gpu/lease.sh   # more Step Forcing on a carried model
 #   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash scripts/gpu/lease.sh   # a fresh, wider DiT
+#   INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0 PIPE_MIN=8 bash ...   # v21, deeper
 # Why one call does everything: a lent machine is given back 30 s after a call returns, and with it every
 # process and file the call left (session 31 lost two half-trained pipelines that way, waiting to follow them
 # with a second call). So each call regenerates its data (1,200 episodes in ~80 s on 16 cores), trains inside
