@@ -288,7 +288,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--add-dit-blocks", dest="add_dit_blocks", type=int, default=d.add_dit_blocks,
                         help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as the "
                              "identity (AdaLN-Zero), so training goes on from its predictions with more capacity "
-                             "(default 0)")
+                             "(default 0). 4 on v21: +0.08 dB held-out, the cube as it was (docs/FIDELITY.md, session 57)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
