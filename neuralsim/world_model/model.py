@@ -340,13 +340,7 @@ class WorldModel(nn.Module):
         """
         if self.config.dit.wrist_rays:
             raise ValueError("this model's DiT already reads wrist camera rays")
-        cfg = WorldModelConfig.from_dict(self.config.to_dict())
-        cfg.dit = dataclasses.replace(cfg.dit, wrist_rays=True)
-        new = type(self)(cfg).to(self.device)
-        own = new.state_dict()
-        for name, t in self.state_dict().items():
-            own[name].copy_(t)
-        return new.eval()
+        return self._with_more_dit(wrist_rays=True)
 
     @torch.no_grad()
     def with_dit_blocks(self, blocks: int) -> "WorldModel":
@@ -361,8 +355,13 @@ class WorldModel(nn.Module):
         blocks = int(blocks)
         if blocks < 1:
             raise ValueError(f"blocks must be >= 1, got {blocks}")
+        return self._with_more_dit(depth=self.config.dit.depth + blocks)
+
+    def _with_more_dit(self, **dit_changes) -> "WorldModel":
+        """A copy whose DiT config has ``dit_changes`` and which holds every weight of this model, copied bit for
+        bit; the changes may only add weights (zero-output modules), so the copy predicts what this model does."""
         cfg = WorldModelConfig.from_dict(self.config.to_dict())
-        cfg.dit = dataclasses.replace(cfg.dit, depth=cfg.dit.depth + blocks)
+        cfg.dit = dataclasses.replace(cfg.dit, **dit_changes)
         new = type(self)(cfg).to(self.device)
         own = new.state_dict()
         for name, t in self.state_dict().items():
