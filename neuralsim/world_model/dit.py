@@ -264,6 +264,18 @@ class DiTBlock(nn.Module):
         # (shift, scale, gate) x 3 -> (shift, 1 + scale, gate) x 3; not saved (a constant)
         self.register_buffer("ada_offset", scale_offset(9, (1, 4, 7), d), persistent=False)
 
+    GATE_CHUNKS = (2, 5, 8)
+    """Which of the modulation's nine chunks are the sub-layers' gates (see :meth:`forward`)."""
+
+    @torch.no_grad()
+    def close_gates(self) -> None:
+        """Zero the modulation's gate rows: the block then passes its input through unchanged, whatever its
+        other weights (what a fresh AdaLN-Zero block does; kept here for a block that holds trained weights)."""
+        d = self.ada[1].weight.shape[1]
+        for g in self.GATE_CHUNKS:
+            self.ada[1].weight[g * d:(g + 1) * d].zero_()
+            self.ada[1].bias[g * d:(g + 1) * d].zero_()
+
     def modulation(self, c: torch.Tensor) -> torch.Tensor:
         """Frame condition c (B, T, D) -> (shift, 1 + scale, gate) for the three sub-layers, (B, T, 9D)."""
         return self.ada(c) + self.ada_offset

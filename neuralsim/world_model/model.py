@@ -343,19 +343,35 @@ class WorldModel(nn.Module):
         return self._with_more_dit(wrist_rays=True)
 
     @torch.no_grad()
-    def with_dit_blocks(self, blocks: int) -> "WorldModel":
+    def with_dit_blocks(self, blocks: int, init: str = "fresh") -> "WorldModel":
         """A copy of this model whose DiT has ``blocks`` more blocks, appended after its own.
 
-        A DiT block is AdaLN-Zero: its modulation layer starts at zero, so its three gates are zero and a
-        fresh block passes its input through unchanged.  Every existing weight is copied bit for bit, so the
-        deeper copy predicts exactly what this model does until it is trained; the new blocks' other initial
-        weights come from the global torch RNG.  For testing whether capacity is what a trained DiT lacks,
-        without starting from scratch.  The recipe is kept.
+        Every existing weight is copied bit for bit, and each new block starts with its gates at zero, so it
+        passes its input through and the deeper copy predicts exactly what this model does until it is trained.
+        ``init`` says what the new blocks hold behind their closed gates:
+
+        - ``"fresh"``: a new AdaLN-Zero block (whole modulation at zero, the other weights from the global torch
+          RNG).  Measured on v21 (session 58): after 5,800 steps its blocks still changed their input by 0.3%.
+        - ``"copy"``: the trained weights of the DiT's last ``blocks`` blocks, in order (for ``blocks`` > depth,
+          the stack repeated), with only the gate rows of their modulation zeroed
+          (:meth:`~neuralsim.world_model.dit.DiTBlock.close_gates`): the loss's gradient reaches the gates through
+          a block that already computes something useful (progressive stacking).
+
+        For testing whether capacity is what a trained DiT lacks, without starting from scratch.  The recipe is kept.
         """
         blocks = int(blocks)
         if blocks < 1:
             raise ValueError(f"blocks must be >= 1, got {blocks}")
-        return self._with_more_dit(depth=self.config.dit.depth + blocks)
+        if init not in ("fresh", "copy"):
+            raise ValueError(f"init must be 'fresh' or 'copy', got {init!r}")
+        depth = self.config.dit.depth
+        new = self._with_more_dit(depth=depth + blocks)
+        if init == "copy":
+            for j in range(blocks):
+                block = new.dit.blocks[depth + j]
+                block.load_state_dict(self.dit.blocks[(depth - blocks + j) % depth].state_dict())
+                block.close_gates()
+        return new
 
     def _with_more_dit(self, **dit_changes) -> "WorldModel":
         """A copy whose DiT config has ``dit_changes`` and which holds every weight of this model, copied bit for

@@ -179,6 +179,9 @@ class TrainConfig:
     """DiT stage with ``init_from``: append this many fresh AdaLN-Zero blocks to the model's DiT first
     (:meth:`~neuralsim.world_model.model.WorldModel.with_dit_blocks`); the deeper DiT starts by predicting
     exactly what the model did.  0: keep its depth."""
+    dit_block_init: str = "fresh"
+    """With ``add_dit_blocks``: what the new blocks hold behind their closed gates, ``"fresh"`` (new AdaLN-Zero
+    blocks) or ``"copy"`` (the DiT's last blocks' trained weights; ``WorldModel.with_dit_blocks``)."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -289,6 +292,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as the "
                              "identity (AdaLN-Zero), so training goes on from its predictions with more capacity "
                              "(default 0). 4 on v21: +0.08 dB held-out, the cube as it was (docs/FIDELITY.md, session 57)")
+    parser.add_argument("--dit-block-init", dest="dit_block_init", choices=("fresh", "copy"), default=d.dit_block_init,
+                        help="with --add-dit-blocks: new blocks start fresh (AdaLN-Zero; default) or as copies of the "
+                             "DiT's last blocks with their gates closed; either way the model first predicts what it "
+                             "did. Fresh blocks on v21 barely opened in 5,800 steps (docs/FIDELITY.md, session 58)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -588,6 +595,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.add_dit_blocks and (cfg.stage != "dit" or not cfg.init_from):
         raise ValueError("--add-dit-blocks deepens the DiT of a trained model; it needs --stage dit and --init-from "
                          f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if cfg.dit_block_init not in ("fresh", "copy"):
+        raise ValueError(f"--dit-block-init is 'fresh' or 'copy', got {cfg.dit_block_init!r}")
+    if cfg.dit_block_init != "fresh" and not cfg.add_dit_blocks:
+        raise ValueError(f"--dit-block-init {cfg.dit_block_init} says how --add-dit-blocks' new blocks start; "
+                         "give --add-dit-blocks too")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
     # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)
@@ -690,9 +702,9 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.add_dit_blocks:
             torch.manual_seed(cfg.seed)
             before = model.config.dit.depth
-            model = model.with_dit_blocks(cfg.add_dit_blocks)
-            log.info("the DiT grew from %d to %d blocks (the new ones start as the identity)", before,
-                     model.config.dit.depth)
+            model = model.with_dit_blocks(cfg.add_dit_blocks, init=cfg.dit_block_init)
+            log.info("the DiT grew from %d to %d blocks (%s, their gates closed: they start as the identity)", before,
+                     model.config.dit.depth, "fresh" if cfg.dit_block_init == "fresh" else "copies of the last blocks")
     elif cfg.autoencoder_from:
         donor = WorldModel.from_pretrained(cfg.autoencoder_from)
         torch.manual_seed(cfg.seed)
@@ -750,7 +762,7 @@ def train(cfg: TrainConfig) -> dict:
         # options a run keeps for its whole length (their values before the option existed: the defaults)
         for field_name, before in (("reference_head", 0), ("residual_channels", 0), ("focus_weight", 0.0),
                                    ("self_rollout", 0), ("rollout_share", 0.0),
-                                   ("add_dit_blocks", 0)):
+                                   ("add_dit_blocks", 0), ("dit_block_init", "fresh")):
             held, asked = old.get(field_name, before), getattr(cfg, field_name)
             if held != asked:
                 flag = "--" + field_name.replace("_", "-")
@@ -840,7 +852,8 @@ def train(cfg: TrainConfig) -> dict:
             **({"change_weight": cfg.change_weight} if cfg.change_weight else {}),
             **({"focus_weight": cfg.focus_weight} if cfg.focus_weight else {}),
             **({"self_rollout": cfg.self_rollout} if cfg.self_rollout else {}),
-            **({"added_dit_blocks": cfg.add_dit_blocks} if cfg.add_dit_blocks else {})}]
+            **({"added_dit_blocks": cfg.add_dit_blocks, "dit_block_init": cfg.dit_block_init}
+               if cfg.add_dit_blocks else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one

@@ -57,6 +57,45 @@ def test_deeper_copy_predicts_what_the_model_did_and_can_learn(tiny_model, tmp_p
         assert not torch.allclose(tiny_model.dit(x, t, a), deeper.dit(x, t, a))
     with pytest.raises(ValueError, match="blocks must be >= 1"):
         tiny_model.with_dit_blocks(0)
+    with pytest.raises(ValueError, match="init must be 'fresh' or 'copy'"):
+        tiny_model.with_dit_blocks(1, init="random")
+
+
+def test_copied_blocks_hold_the_last_blocks_weights_behind_closed_gates(tiny_model):
+    cfg = tiny_model.config
+    depth = cfg.dit.depth
+    for n in (1, depth + 1):  # the last block; more blocks than the DiT has: the stack repeated
+        deeper = tiny_model.with_dit_blocks(n, init="copy")
+        d = cfg.dit.dim
+        for j in range(n):
+            src = tiny_model.dit.blocks[(depth - n + j) % depth].state_dict()
+            got = deeper.dit.blocks[depth + j].state_dict()
+            for name, t in src.items():
+                if name.startswith("ada.1."):
+                    rows = t.clone()
+                    for g in deeper.dit.blocks[depth + j].GATE_CHUNKS:
+                        rows[g * d:(g + 1) * d] = 0
+                    assert torch.equal(got[name], rows), name
+                    assert rows.abs().sum() < t.abs().sum() or t.abs().sum() == 0
+                else:
+                    assert torch.equal(got[name], t), name
+    # with real (non-zero) modulation behind them, the closed gates still make the block the identity
+    with torch.no_grad():
+        for b in tiny_model.dit.blocks:
+            b.ada[1].weight.normal_(0, 0.02)
+            b.ada[1].bias.normal_(0, 0.02)
+    deeper = tiny_model.with_dit_blocks(2, init="copy")
+    x, a, t = latents(cfg, 2, 5), conds(2, 5), torch.rand(2, 5)
+    with torch.no_grad():
+        assert torch.equal(tiny_model.dit(x, t, a), deeper.dit(x, t, a))
+    first, cond = latents(cfg, 2, seed=3), conds(2, 4, seed=4)
+    assert torch.equal(_rollout(tiny_model, first, cond, 7), _rollout(deeper, first, cond, 7))
+    # the copies' shift and scale rows are the trained ones, so the loss reaches the gates through a working block
+    new = deeper.dit.blocks[depth]
+    assert new.ada[1].weight[:d].abs().sum() > 0
+    loss, _ = step_forcing_loss(deeper.dit, x, a, cfg.schedule, torch.Generator().manual_seed(0))
+    loss.backward()
+    assert float(new.ada[1].weight.grad[2 * d:3 * d].abs().sum()) > 0
 
 
 def test_trainer_grows_an_init_from_model_records_it_and_refuses_misuse(tmp_path):
@@ -80,3 +119,11 @@ def test_trainer_grows_an_init_from_model_records_it_and_refuses_misuse(tmp_path
         train(train_cfg(tmp_path / "ae", stage="autoencoder", init_from=str(base / "model"), add_dit_blocks=1))
     with pytest.raises(ValueError, match="a number of DiT blocks"):
         train(train_cfg(tmp_path / "neg", init_from=str(base / "model"), add_dit_blocks=-1))
+    with pytest.raises(ValueError, match="give --add-dit-blocks too"):
+        train(train_cfg(tmp_path / "copy0", init_from=str(base / "model"), dit_block_init="copy"))
+    with pytest.raises(ValueError, match="refusing to resume it with copy"):
+        train(train_cfg(out, steps=4, init_from=str(base / "model"), add_dit_blocks=1, dit_block_init="copy"))
+    copied = tmp_path / "copied"
+    train(train_cfg(copied, steps=1, init_from=str(base / "model"), add_dit_blocks=1, dit_block_init="copy"))
+    stage = WorldModel.from_pretrained(copied / "model").config.recipe["stages"][-1]
+    assert (stage["added_dit_blocks"], stage["dit_block_init"]) == (1, "copy")
