@@ -176,9 +176,9 @@ class TrainConfig:
     1..K from the clip's first frame (no grad, as the env would) and trains frames K+1.. on that context
     (``step_forcing_loss``): the model sees its own drifted frames in training.  0: the paper's objective."""
     add_dit_blocks: int = 0
-    """DiT stage with ``init_from``: append this many fresh AdaLN-Zero blocks to the model's DiT first
-    (:meth:`~neuralsim.world_model.model.WorldModel.with_dit_blocks`); the deeper DiT starts by predicting
-    exactly what the model did.  0: keep its depth."""
+    """DiT stage with ``init_from``: append this many blocks, their gates closed, to the model's DiT first
+    (:meth:`~neuralsim.world_model.model.WorldModel.with_dit_blocks`; what they hold: ``dit_block_init``); the
+    deeper DiT starts by predicting exactly what the model did.  0: keep its depth."""
     dit_block_init: str = "fresh"
     """With ``add_dit_blocks``: what the new blocks hold behind their closed gates, ``"fresh"`` (new AdaLN-Zero
     blocks) or ``"copy"`` (the DiT's last blocks' trained weights; ``WorldModel.with_dit_blocks``)."""
@@ -291,7 +291,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--add-dit-blocks", dest="add_dit_blocks", type=int, default=d.add_dit_blocks,
                         help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as the "
                              "identity (AdaLN-Zero), so training goes on from its predictions with more capacity "
-                             "(default 0). 4 on v21: +0.08 dB held-out, the cube as it was (docs/FIDELITY.md, session 57)")
+                             "(default 0). 4 fresh ones on v21 barely opened in 5,800 steps and gained no more than those steps "
+                             "at 4 blocks (docs/FIDELITY.md, sessions 57-58)")
     parser.add_argument("--dit-block-init", dest="dit_block_init", choices=("fresh", "copy"), default=d.dit_block_init,
                         help="with --add-dit-blocks: new blocks start fresh (AdaLN-Zero; default) or as copies of the "
                              "DiT's last blocks with their gates closed; either way the model first predicts what it "
