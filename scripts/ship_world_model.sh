@@ -6,7 +6,9 @@
 # Writes neuralsim/assets/world_model/ in float16 (from_pretrained casts back to float32), then runs,
 # one thread each so that two run side by side on this 2-core machine: the full fidelity benchmark
 # (held-out + OOD) beside the optimism-bias benchmark, then the throughput benchmark alone (timing
-# needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.
+# needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.  About 20 minutes for the
+# default 4-block DiT on the 2-core VM (session 58: 14 for fidelity beside optimism bias, 5 for throughput);
+# DiT time grows with its depth (8 blocks: ~1.5x). Save the old results as *_vNN.json first.
 # DECODER_FROM takes the decoder from a `--stage decoder` run (WorldModel.take_decoder_from: the two
 # must share the encoder bit for bit).
 # WINDOW is the inference window written into the shipped config (frames a new frame attends to, itself
