@@ -55,6 +55,9 @@ GRIPPER_CONDITIONINGS = ("measured", "command")
 #: Values of :attr:`WorldModelConfig.arm_conditioning`.
 ARM_CONDITIONINGS = ("measured", "replay")
 
+#: What :meth:`WorldModel.with_dit_blocks` puts behind the new blocks' closed gates (``init``).
+DIT_BLOCK_INITS = ("fresh", "copy")
+
 
 @dataclass
 class AutoencoderConfig:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from .autoencoder import ViewAutoencoder
-from .config import DiTConfig, WorldModelConfig
+from .config import DIT_BLOCK_INITS, DiTConfig, WorldModelConfig
 from .dit import CausalDiT
 from .kv_cache import KVCache
 from .sampler import sample_frame_with_pending, sample_noise
@@ -362,8 +362,8 @@ class WorldModel(nn.Module):
         blocks = int(blocks)
         if blocks < 1:
             raise ValueError(f"blocks must be >= 1, got {blocks}")
-        if init not in ("fresh", "copy"):
-            raise ValueError(f"init must be 'fresh' or 'copy', got {init!r}")
+        if init not in DIT_BLOCK_INITS:
+            raise ValueError(f"init must be one of {DIT_BLOCK_INITS}, got {init!r}")
         depth = self.config.dit.depth
         new = self._with_more_dit(depth=depth + blocks)
         if init == "copy":

@@ -191,7 +191,7 @@ class TrainConfig:
 # ----------------------------------------------------------------------------- CLI
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``neuralsim train`` options to ``parser``."""
-    from .config import ARM_CONDITIONINGS, GRIPPER_CONDITIONINGS, PRESETS
+    from .config import ARM_CONDITIONINGS, DIT_BLOCK_INITS, GRIPPER_CONDITIONINGS, PRESETS
     from .objectives import OBJECTIVES
 
     d = TrainConfig()
@@ -293,7 +293,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "identity (AdaLN-Zero), so training goes on from its predictions with more capacity "
                              "(default 0). 4 fresh ones on v21 barely opened in 5,800 steps and gained no more than those steps "
                              "at 4 blocks (docs/FIDELITY.md, sessions 57-58)")
-    parser.add_argument("--dit-block-init", dest="dit_block_init", choices=("fresh", "copy"), default=d.dit_block_init,
+    parser.add_argument("--dit-block-init", dest="dit_block_init", choices=DIT_BLOCK_INITS, default=d.dit_block_init,
                         help="with --add-dit-blocks: new blocks start fresh (AdaLN-Zero; default) or as copies of the "
                              "DiT's last blocks with their gates closed; either way the model first predicts what it "
                              "did. Fresh blocks on v21 barely opened in 5,800 steps; copies cut the training loss "
@@ -537,7 +537,7 @@ def train(cfg: TrainConfig) -> dict:
     import numpy as np
     import torch
 
-    from .config import ARM_CONDITIONINGS, GRIPPER_CONDITIONINGS, preset
+    from .config import ARM_CONDITIONINGS, DIT_BLOCK_INITS, GRIPPER_CONDITIONINGS, preset
     from .info import count_key as recipe_count_key
     from .model import DECODER_PREFIXES, WorldModel, load_safetensors
     from .objectives import get_objective
@@ -597,8 +597,8 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.add_dit_blocks and (cfg.stage != "dit" or not cfg.init_from):
         raise ValueError("--add-dit-blocks deepens the DiT of a trained model; it needs --stage dit and --init-from "
                          f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    if cfg.dit_block_init not in ("fresh", "copy"):
-        raise ValueError(f"--dit-block-init is 'fresh' or 'copy', got {cfg.dit_block_init!r}")
+    if cfg.dit_block_init not in DIT_BLOCK_INITS:
+        raise ValueError(f"--dit-block-init is one of {DIT_BLOCK_INITS}, got {cfg.dit_block_init!r}")
     if cfg.dit_block_init != "fresh" and not cfg.add_dit_blocks:
         raise ValueError(f"--dit-block-init {cfg.dit_block_init} says how --add-dit-blocks' new blocks start; "
                          "give --add-dit-blocks too")

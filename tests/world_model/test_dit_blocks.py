@@ -57,7 +57,7 @@ def test_deeper_copy_predicts_what_the_model_did_and_can_learn(tiny_model, tmp_p
         assert not torch.allclose(tiny_model.dit(x, t, a), deeper.dit(x, t, a))
     with pytest.raises(ValueError, match="blocks must be >= 1"):
         tiny_model.with_dit_blocks(0)
-    with pytest.raises(ValueError, match="init must be 'fresh' or 'copy'"):
+    with pytest.raises(ValueError, match=r"init must be one of \('fresh', 'copy'\), got 'random'"):
         tiny_model.with_dit_blocks(1, init="random")
 
 
