@@ -8,7 +8,9 @@
 # (held-out + OOD) beside the optimism-bias benchmark, then the throughput benchmark alone (timing
 # needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.  About 20 minutes for the
 # default 4-block DiT on the 2-core VM (session 58: 14 for fidelity beside optimism bias, 5 for throughput);
-# DiT time grows with its depth (8 blocks: ~1.5x). Save the old results as *_vNN.json first.
+# DiT time grows with its depth (8 blocks: ~1.5x).
+# KEEP_AS=v22 first copies the results being replaced (fidelity, optimism_bias, throughput .json) to
+# *_v22.json, refusing to overwrite an existing copy, so the old model's numbers stay for --paired runs.
 # DECODER_FROM takes the decoder from a `--stage decoder` run (WorldModel.take_decoder_from: the two
 # must share the encoder bit for bit).
 # WINDOW is the inference window written into the shipped config (frames a new frame attends to, itself
@@ -19,7 +21,7 @@
 # family) by default. Nine could not rank two models (session 42: two sets of nine disagreed on the
 # direction of a v14/v15 difference). v14 and v15 were measured on these same 18 episodes, as two sets
 # of nine (benchmarks/results/optimism_bias_v1[45]*.json).
-# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL, DECODER_FROM, WINDOW.
+# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL, DECODER_FROM, WINDOW, KEEP_AS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
@@ -29,6 +31,21 @@ HELDOUT="${HELDOUT:-data/simdroid_heldout}"; OOD="${OOD:-data/simdroid_ood}"
 OB_EPISODES="${OB_EPISODES:-18}"; LOGS="${LOGS:-runs/ship}"
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
 mkdir -p "$LOGS"
+
+RESULTS=benchmarks/results
+if [ -n "${KEEP_AS:-}" ] && [ -z "${SKIP_EVAL:-}" ]; then
+  for name in fidelity optimism_bias throughput; do
+    if [ -e "$RESULTS/${name}_$KEEP_AS.json" ]; then
+      echo "KEEP_AS=$KEEP_AS: $RESULTS/${name}_$KEEP_AS.json exists already; not overwriting it" >&2; exit 2
+    fi
+  done
+  for name in fidelity optimism_bias throughput; do
+    if [ -e "$RESULTS/$name.json" ]; then cp "$RESULTS/$name.json" "$RESULTS/${name}_$KEEP_AS.json"; fi
+  done
+  echo "== kept the old results as $RESULTS/*_$KEEP_AS.json"
+elif [ -z "${SKIP_EVAL:-}" ]; then
+  echo "== note: the benchmarks overwrite $RESULTS/{fidelity,optimism_bias,throughput}.json (KEEP_AS=vNN keeps them)"
+fi
 
 echo "== $(date -u +%FT%TZ) converting $SRC -> $DST (float16)"
 python - "$SRC" "$DST" "${DECODER_FROM:-}" "${WINDOW:-}" <<'EOF'

@@ -262,10 +262,11 @@ class DiTBlock(nn.Module):
         nn.init.zeros_(self.ada[1].weight)
         nn.init.zeros_(self.ada[1].bias)
         # (shift, scale, gate) x 3 -> (shift, 1 + scale, gate) x 3; not saved (a constant)
-        self.register_buffer("ada_offset", scale_offset(9, (1, 4, 7), d), persistent=False)
+        self.register_buffer("ada_offset", scale_offset(9, self.SCALE_CHUNKS, d), persistent=False)
 
+    # the modulation's nine chunks are (shift, scale, gate) for each sub-layer in turn (see :meth:`forward`)
+    SCALE_CHUNKS = (1, 4, 7)
     GATE_CHUNKS = (2, 5, 8)
-    """Which of the modulation's nine chunks are the sub-layers' gates (see :meth:`forward`)."""
 
     @torch.no_grad()
     def close_gates(self) -> None:
