@@ -179,9 +179,10 @@ class TrainConfig:
     """DiT stage with ``init_from``: append this many blocks, their gates closed, to the model's DiT first
     (:meth:`~neuralsim.world_model.model.WorldModel.with_dit_blocks`; what they hold: ``dit_block_init``); the
     deeper DiT starts by predicting exactly what the model did.  0: keep its depth."""
-    dit_block_init: str = "fresh"
-    """With ``add_dit_blocks``: what the new blocks hold behind their closed gates, ``"fresh"`` (new AdaLN-Zero
-    blocks) or ``"copy"`` (the DiT's last blocks' trained weights; ``WorldModel.with_dit_blocks``)."""
+    dit_block_init: str | None = None
+    """With ``add_dit_blocks``: what the new blocks hold behind their closed gates, ``"copy"`` (the DiT's last
+    blocks' trained weights; ``WorldModel.with_dit_blocks``) or ``"fresh"`` (new AdaLN-Zero blocks).  None: copy
+    when blocks are added (fresh ones barely open; docs/FIDELITY.md, sessions 58-59), else fresh (nothing added)."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -294,10 +295,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "(default 0). 4 fresh ones on v21 barely opened in 5,800 steps and gained no more than those steps "
                              "at 4 blocks (docs/FIDELITY.md, sessions 57-58)")
     parser.add_argument("--dit-block-init", dest="dit_block_init", choices=DIT_BLOCK_INITS, default=d.dit_block_init,
-                        help="with --add-dit-blocks: new blocks start fresh (AdaLN-Zero; default) or as copies of the "
-                             "DiT's last blocks with their gates closed; either way the model first predicts what it "
-                             "did. Fresh blocks on v21 barely opened in 5,800 steps; copies cut the training loss "
-                             "0.6%% below a 4-block control within 2,000 (docs/FIDELITY.md, session 58)")
+                        help="with --add-dit-blocks: new blocks start as copies of the DiT's last blocks with their "
+                             "gates closed (default) or fresh (AdaLN-Zero); either way the model first predicts what "
+                             "it did. Fresh blocks on v21 barely opened in 5,800 steps; copies opened and ended 2.5%% "
+                             "below a 4-block control's held-out loss (docs/FIDELITY.md, sessions 58-59)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -597,11 +598,13 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.add_dit_blocks and (cfg.stage != "dit" or not cfg.init_from):
         raise ValueError("--add-dit-blocks deepens the DiT of a trained model; it needs --stage dit and --init-from "
                          f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    if cfg.dit_block_init not in DIT_BLOCK_INITS:
+    if cfg.dit_block_init is not None and cfg.dit_block_init not in DIT_BLOCK_INITS:
         raise ValueError(f"--dit-block-init is one of {DIT_BLOCK_INITS}, got {cfg.dit_block_init!r}")
-    if cfg.dit_block_init != "fresh" and not cfg.add_dit_blocks:
+    if cfg.dit_block_init == "copy" and not cfg.add_dit_blocks:
         raise ValueError(f"--dit-block-init {cfg.dit_block_init} says how --add-dit-blocks' new blocks start; "
                          "give --add-dit-blocks too")
+    if cfg.dit_block_init is None:  # the default: copies when blocks are added; "fresh" (nothing) otherwise
+        cfg = dataclasses.replace(cfg, dit_block_init="copy" if cfg.add_dit_blocks else "fresh")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
     # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)

@@ -22,8 +22,8 @@
 # ADD_BLOCKS=n appends n blocks to the DiT before Step Forcing (--add-dit-blocks; they start as the identity), e.g.
 # the shipped coarse model with more capacity: INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0
 # (DEC_STEPS=0 keeps its decoder and reference head; the stage below would prune the decoder).
-# BLOCK_INIT=copy starts those blocks as copies of the DiT's last ones, gates closed (--dit-block-init copy;
-# fresh blocks on v21 barely opened in 5,800 CPU steps, docs/FIDELITY.md session 58).
+# BLOCK_INIT (default copy) says what those blocks hold behind their closed gates (--dit-block-init): copies of
+# the DiT's last ones, or fresh ones, which on v21 barely opened in 5,800 CPU steps (docs/FIDELITY.md, sessions 58-59).
 # COMPILE=1 runs the DiT stages under torch.compile (--compile; untried on a GPU so far: compare the logged
 # s_per_step with an earlier call's before keeping it).
 set -euo pipefail
@@ -93,7 +93,7 @@ $PY -m neuralsim.world_model.train --stage decoder --init-from "$RUNS/df/model" 
 dec=$!
 fi
 
-SF_EXTRA=(); [ -z "${ADD_BLOCKS:-}" ] || SF_EXTRA=(--add-dit-blocks "$ADD_BLOCKS" --dit-block-init "${BLOCK_INIT:-fresh}")
+SF_EXTRA=(); [ -z "${ADD_BLOCKS:-}" ] || SF_EXTRA=(--add-dit-blocks "$ADD_BLOCKS" --dit-block-init "${BLOCK_INIT:-copy}")
 log "Step Forcing to $(date -u -d @$(( END - FINAL_SECS )) +%T), the last $COOL_SECS s cooling down -> $RUNS/sf"
 $PY -m neuralsim.world_model.train --stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DIT_DATA" \
     --out "$RUNS/sf" --batch-size "$BS" --lr "$LR" --warmup 100 --steps 10000000 --deadline $(( END - FINAL_SECS )) \

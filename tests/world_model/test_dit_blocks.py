@@ -27,7 +27,7 @@ def _rollout(wm: WorldModel, first, cond, seed: int) -> torch.Tensor:
 
 def test_deeper_copy_predicts_what_the_model_did_and_can_learn(tiny_model, tmp_path):
     cfg = tiny_model.config
-    deeper = tiny_model.with_dit_blocks(2)
+    deeper = tiny_model.with_dit_blocks(2, init="fresh")
     assert deeper.config.dit.depth == cfg.dit.depth + 2
     assert tiny_model.config.dit.depth == cfg.dit.depth  # the original is untouched
     old = tiny_model.state_dict()
@@ -66,6 +66,8 @@ def test_copied_blocks_hold_the_last_blocks_weights_behind_closed_gates(tiny_mod
     depth = cfg.dit.depth
     for n in (1, depth + 1):  # the last block; more blocks than the DiT has: the stack repeated
         deeper = tiny_model.with_dit_blocks(n, init="copy")
+        default = tiny_model.with_dit_blocks(n).state_dict()  # copy is the default
+        assert all(torch.equal(default[k], v) for k, v in deeper.state_dict().items())
         d = cfg.dit.dim
         for j in range(n):
             src = tiny_model.dit.blocks[(depth - n + j) % depth].state_dict()
@@ -103,12 +105,14 @@ def test_trainer_grows_an_init_from_model_records_it_and_refuses_misuse(tmp_path
     train(train_cfg(base, steps=2))
     depth = WorldModel.from_pretrained(base / "model").config.dit.depth
     out = tmp_path / "grown"
-    train(train_cfg(out, steps=2, checkpoint_every=1, init_from=str(base / "model"), add_dit_blocks=1))
+    train(train_cfg(out, steps=2, checkpoint_every=1, init_from=str(base / "model"), add_dit_blocks=1,
+                    dit_block_init="fresh"))
     grown = WorldModel.from_pretrained(out / "model")
     assert grown.config.dit.depth == depth + 1
     assert grown.config.recipe["stages"][-1]["added_dit_blocks"] == 1
     # resuming the same run keeps its depth (the blocks are not added twice)
-    train(train_cfg(out, steps=3, checkpoint_every=1, init_from=str(base / "model"), add_dit_blocks=1))
+    train(train_cfg(out, steps=3, checkpoint_every=1, init_from=str(base / "model"), add_dit_blocks=1,
+                    dit_block_init="fresh"))
     assert WorldModel.from_pretrained(out / "model").config.dit.depth == depth + 1
     assert json.loads((out / "checkpoint" / "trainer.json").read_text())["step"] == 3
     with pytest.raises(ValueError, match="refusing to resume it with 2"):
@@ -121,9 +125,9 @@ def test_trainer_grows_an_init_from_model_records_it_and_refuses_misuse(tmp_path
         train(train_cfg(tmp_path / "neg", init_from=str(base / "model"), add_dit_blocks=-1))
     with pytest.raises(ValueError, match="give --add-dit-blocks too"):
         train(train_cfg(tmp_path / "copy0", init_from=str(base / "model"), dit_block_init="copy"))
-    with pytest.raises(ValueError, match="refusing to resume it with copy"):
-        train(train_cfg(out, steps=4, init_from=str(base / "model"), add_dit_blocks=1, dit_block_init="copy"))
+    with pytest.raises(ValueError, match="refusing to resume it with copy"):  # the default with blocks is copy
+        train(train_cfg(out, steps=4, init_from=str(base / "model"), add_dit_blocks=1))
     copied = tmp_path / "copied"
-    train(train_cfg(copied, steps=1, init_from=str(base / "model"), add_dit_blocks=1, dit_block_init="copy"))
+    train(train_cfg(copied, steps=1, init_from=str(base / "model"), add_dit_blocks=1))
     stage = WorldModel.from_pretrained(copied / "model").config.recipe["stages"][-1]
     assert (stage["added_dit_blocks"], stage["dit_block_init"]) == (1, "copy")
