@@ -291,9 +291,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "own frames and blurs the open-loop frames; the cube stays (docs/FIDELITY.md, session 56)")
     parser.add_argument("--add-dit-blocks", dest="add_dit_blocks", type=int, default=d.add_dit_blocks,
                         help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as the "
-                             "identity (AdaLN-Zero), so training goes on from its predictions with more capacity "
-                             "(default 0). 4 fresh ones on v21 barely opened in 5,800 steps and gained no more than those steps "
-                             "at 4 blocks (docs/FIDELITY.md, sessions 57-58)")
+                             "identity (their gates closed; what they hold: --dit-block-init), so training goes on from "
+                             "its predictions with more capacity (default 0). 4 copied ones on v21: +0.04 dB held-out "
+                             "over the same steps at 4 blocks (docs/FIDELITY.md, sessions 57-59)")
     parser.add_argument("--dit-block-init", dest="dit_block_init", choices=DIT_BLOCK_INITS, default=d.dit_block_init,
                         help="with --add-dit-blocks: new blocks start as copies of the DiT's last blocks with their "
                              "gates closed (default) or fresh (AdaLN-Zero); either way the model first predicts what "
