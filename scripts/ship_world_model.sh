@@ -32,14 +32,14 @@ OB_EPISODES="${OB_EPISODES:-18}"; LOGS="${LOGS:-runs/ship}"
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
 mkdir -p "$LOGS"
 
-RESULTS=benchmarks/results
+RESULTS=benchmarks/results; REPLACED="fidelity optimism_bias throughput"
 if [ -n "${KEEP_AS:-}" ] && [ -z "${SKIP_EVAL:-}" ]; then
-  for name in fidelity optimism_bias throughput; do
+  for name in $REPLACED; do
     if [ -e "$RESULTS/${name}_$KEEP_AS.json" ]; then
       echo "KEEP_AS=$KEEP_AS: $RESULTS/${name}_$KEEP_AS.json exists already; not overwriting it" >&2; exit 2
     fi
   done
-  for name in fidelity optimism_bias throughput; do
+  for name in $REPLACED; do
     if [ -e "$RESULTS/$name.json" ]; then cp "$RESULTS/$name.json" "$RESULTS/${name}_$KEEP_AS.json"; fi
   done
   echo "== kept the old results as $RESULTS/*_$KEEP_AS.json"
