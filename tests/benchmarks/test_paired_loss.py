@@ -23,7 +23,8 @@ def _run(out, **kw):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("paired_loss")
-    return {"a": _run(root / "a"), "same": _run(root / "same"), "frozen": _run(root / "frozen", lr=1e-12)}
+    return {"a": _run(root / "a"), "same": _run(root / "same"), "frozen": _run(root / "frozen", lr=1e-12),
+            "decay": _run(root / "decay", decay_steps=4)}
 
 
 def test_identical_runs_differ_by_nothing_and_a_changed_run_shows_where(runs, capsys):
@@ -54,3 +55,25 @@ def test_bad_input_is_named(runs, tmp_path, capsys):
         PL.paired_blocks(PL.read_losses(runs["a"]), PL.read_losses(tmp_path))
     with pytest.raises(ValueError, match="block must be"):
         PL.paired_blocks(PL.read_losses(runs["a"]), PL.read_losses(runs["a"]), block=0)
+
+
+def test_until_lr_drop_cuts_where_a_run_starts_to_anneal(runs, capsys):
+    a, decay = PL.read_losses(runs["a"]), PL.read_losses(runs["decay"])
+    assert PL.first_lr_drop(a) is None  # warmup rises, then constant: no drop
+    drop = PL.first_lr_drop(decay)
+    assert drop is not None and 2 < drop <= 8
+    assert decay[drop]["lr"] < decay[drop - 1]["lr"] and all(decay[t]["lr"] == a[t]["lr"] for t in range(1, drop))
+    # the whole log shows the annealed run pulling away; before the drop both drew the same batches at the same rate
+    cut = PL.paired_blocks(a, decay, block=100, before=drop)
+    assert cut["common_steps"] == cut["last_step"] == cut["blocks"][-1]["last_step"] == drop - 1
+    assert cut["only_in_a"] == cut["only_in_b"] == 0  # the steps past the cut are not counted as unpaired
+    assert all(r[k]["mean"] == 0.0 for r in cut["blocks"] for k in PL.KEYS)
+    assert PL.main([str(runs["a"]), str(runs["decay"]), "--block", "100", "--until-lr-drop"]) == 0
+    printed = capsys.readouterr().out
+    assert f"over {drop - 1} common logged steps" in printed
+    assert f"(cut before step {drop}, where decay's learning rate first falls)" in printed
+    # without the flag nothing is cut and the note is absent
+    assert PL.main([str(runs["a"]), str(runs["decay"]), "--block", "100"]) == 0
+    assert "cut before" not in capsys.readouterr().out
+    with pytest.raises(ValueError, match="share no logged step before step 1"):
+        PL.paired_blocks(a, decay, before=1)
