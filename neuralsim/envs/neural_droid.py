@@ -18,7 +18,6 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
@@ -30,7 +29,7 @@ from ..rewards import make_reward_fn, reward_from_result
 from . import DEFAULT_MAX_EPISODE_STEPS
 from . import adapter as A
 from .episodes import EpisodeSet, EpisodeSpec, default_episodes, load_episodes
-from .sim_droid import ACTION_MODES, CARTESIAN_HIGH, CARTESIAN_LOW
+from .sim_droid import ACTION_MODES, CARTESIAN_HIGH, CARTESIAN_LOW, droid_spaces
 
 log = logging.getLogger(__name__)
 
@@ -156,25 +155,6 @@ def resize_views(views, size: int):
     return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).reshape(*lead, size, size, 3)
 
 
-def _spaces(image_size: int, action_mode: str) -> tuple[spaces.Dict, spaces.Box]:
-    img = spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
-    obs = spaces.Dict({
-        "exterior_image_1_left": img,
-        "exterior_image_2_left": img,
-        "wrist_image_left": img,
-        "joint_position": spaces.Box(K.JOINT_LIMITS_LOW.astype(np.float32), K.JOINT_LIMITS_HIGH.astype(np.float32),
-                                     dtype=np.float32),
-        "gripper_position": spaces.Box(0.0, 1.0, (1,), np.float32),
-        "cartesian_position": spaces.Box(CARTESIAN_LOW, CARTESIAN_HIGH, dtype=np.float32),
-    })
-    if action_mode == "joint_velocity":
-        act = spaces.Box(np.array([-1.0] * 7 + [0.0], np.float32), np.ones(8, np.float32))
-    else:
-        act = spaces.Box(np.append(K.JOINT_LIMITS_LOW, 0.0).astype(np.float32),
-                         np.append(K.JOINT_LIMITS_HIGH, 1.0).astype(np.float32))
-    return obs, act
-
-
 def _resolve_reward_fn(reward_fn):
     if isinstance(reward_fn, str) and reward_fn == "default":
         if DEFAULT_REWARD_FN is None:
@@ -222,7 +202,7 @@ class _Core:
         elif not isinstance(episodes, EpisodeSet):
             episodes = EpisodeSet(e if isinstance(e, EpisodeSpec) else EpisodeSpec.from_dict(e) for e in episodes)
         self.episodes = episodes
-        self.observation_space, self.action_space = _spaces(self.image_size, action_mode)
+        self.observation_space, self.action_space = droid_spaces(self.image_size, action_mode)
         self.state = self.wm.new_state(num_rows, window=self.window, num_sink=0, device=self.wm.device)
         zeros = np.zeros((num_rows, 7))
         self.joints = A.AdapterState(zeros.copy(), np.zeros((num_rows, 1)), zeros.copy(), zeros.copy())

@@ -91,6 +91,28 @@ CARTESIAN_LOW = np.array([-1.2, -1.2, -0.6, -np.pi, -np.pi, -np.pi], np.float32)
 CARTESIAN_HIGH = np.array([1.2, 1.2, 1.6, np.pi, np.pi, np.pi], np.float32)
 
 
+def droid_spaces(image_size: int, action_mode: str) -> tuple[spaces.Dict, spaces.Box]:
+    """The observation and action spaces both DROID envs share (DROID's key names; images ``image_size``
+    square; actions 7 joint velocities in [-1, 1] or 7 joint positions within the limits, then the gripper
+    in [0, 1])."""
+    img = spaces.Box(0, 255, (image_size, image_size, 3), np.uint8)
+    obs = spaces.Dict({
+        "exterior_image_1_left": img,
+        "exterior_image_2_left": img,
+        "wrist_image_left": img,
+        "joint_position": spaces.Box(K.JOINT_LIMITS_LOW.astype(np.float32), K.JOINT_LIMITS_HIGH.astype(np.float32),
+                                     dtype=np.float32),
+        "gripper_position": spaces.Box(0.0, 1.0, (1,), np.float32),
+        "cartesian_position": spaces.Box(CARTESIAN_LOW, CARTESIAN_HIGH, dtype=np.float32),
+    })
+    if action_mode == "joint_velocity":
+        act = spaces.Box(np.array([-1.0] * 7 + [0.0], np.float32), np.ones(8, np.float32))
+    else:
+        act = spaces.Box(np.append(K.JOINT_LIMITS_LOW, 0.0).astype(np.float32),
+                         np.append(K.JOINT_LIMITS_HIGH, 1.0).astype(np.float32))
+    return obs, act
+
+
 def instruction_for(task: str, target: str, base: str | None = None) -> str:
     """The language instruction of an episode."""
     if task == "put_in_bowl":
@@ -211,22 +233,7 @@ class SimDROIDEnv(gym.Env):
         self._arm_damping = self.model.dof_damping[self.h.arm_dof].copy()
         self._gravcomp = self.model.body_gravcomp.copy()
 
-        s = self.image_size
-        img = spaces.Box(0, 255, (s, s, 3), np.uint8)
-        self.observation_space = spaces.Dict({
-            "exterior_image_1_left": img,
-            "exterior_image_2_left": img,
-            "wrist_image_left": img,
-            "joint_position": spaces.Box(K.JOINT_LIMITS_LOW.astype(np.float32), K.JOINT_LIMITS_HIGH.astype(np.float32),
-                                         dtype=np.float32),
-            "gripper_position": spaces.Box(0.0, 1.0, (1,), np.float32),
-            "cartesian_position": spaces.Box(CARTESIAN_LOW, CARTESIAN_HIGH, dtype=np.float32),
-        })
-        if action_mode == "joint_velocity":
-            self.action_space = spaces.Box(np.array([-1.0] * 7 + [0.0], np.float32), np.ones(8, np.float32))
-        else:
-            self.action_space = spaces.Box(np.append(K.JOINT_LIMITS_LOW, 0.0).astype(np.float32),
-                                           np.append(K.JOINT_LIMITS_HIGH, 1.0).astype(np.float32))
+        self.observation_space, self.action_space = droid_spaces(self.image_size, action_mode)
         self.spec_task: TaskSpec | None = None
         self._steps = 0
         self._best_level = 0
