@@ -24,6 +24,9 @@
 # (DEC_STEPS=0 keeps its decoder and reference head; the stage below would prune the decoder).
 # BLOCK_INIT (default copy) says what those blocks hold behind their closed gates (--dit-block-init): copies of
 # the DiT's last ones, or fresh ones, which on v21 barely opened in 5,800 CPU steps (docs/FIDELITY.md, sessions 58-59).
+# DATA_ONLY=1 stops after the data (expert and no-skill); SKIP_DATA=1 trusts that it is there and generates none
+# (scripts/gpu/lease.sh runs both when two arms share one call). END_AT (epoch seconds) fixes the budget's end
+# instead of PIPE_MIN minutes from this script's start.
 # COMPILE=1 runs the DiT stages under torch.compile (--compile; untried on a GPU so far: compare the logged
 # s_per_step with an earlier call's before keeping it).
 set -euo pipefail
@@ -40,16 +43,17 @@ AE_STEPS="${AE_STEPS:-3000}"; AE_MIN="${AE_MIN:-3}"; AE_BS="${AE_BS:-32}"
 DF_STEPS="${DF_STEPS:-2000}"; DF_MIN="${DF_MIN:-3}"
 BS="${BS:-64}"; LR="${LR:-5e-4}"; DEC_STEPS="${DEC_STEPS:-3000}"
 mkdir -p "$RUNS"
-T0=$(date +%s); END=$(( T0 + PIPE_MIN * 60 ))
+T0=$(date +%s); END="${END_AT:-$(( T0 + PIPE_MIN * 60 ))}"
 log() { echo "== $(date -u +%T) +$(( $(date +%s) - T0 ))s $*"; }
 COMMON=(--device "$DEVICE" --checkpoint-every 250 --sample-every -1 --no-progress)
 DIT_EXTRA=(); [ -z "${COMPILE:-}" ] || DIT_EXTRA=(--compile)
 [ -z "${WRIST_RAYS:-}" ] || DIT_EXTRA+=(--wrist-rays)
 
+DIT_DATA="$DATA"; [ -z "${NOSKILL:-}" ] || DIT_DATA="$DATA,${DATA}_idle,${DATA}_random"
+if [ -z "${SKIP_DATA:-}" ]; then
 log "data: $EPISODES episodes -> $DATA"
 $PY -m neuralsim.cli data generate "$DATA" --episodes "$EPISODES" --workers "$WORKERS" --frames-format npy \
     --no-progress | tail -4
-DIT_DATA="$DATA"
 if [ -n "${NOSKILL:-}" ]; then
   idle=$(( EPISODES / 12 > 0 ? EPISODES / 12 : 1 )); random=$(( EPISODES / 6 > 0 ? EPISODES / 6 : 1 ))
   log "no-skill data: $idle idle -> ${DATA}_idle, $random random -> ${DATA}_random"
@@ -57,8 +61,9 @@ if [ -n "${NOSKILL:-}" ]; then
       --workers "$WORKERS" --frames-format npy --no-progress | tail -1
   $PY -m neuralsim.cli data generate "${DATA}_random" --actor random --seed 5100000 --episodes "$random" \
       --workers "$WORKERS" --frames-format npy --no-progress | tail -1
-  DIT_DATA="$DATA,${DATA}_idle,${DATA}_random"
 fi
+fi
+[ -z "${DATA_ONLY:-}" ] || { log "data only: done"; exit 0; }
 
 if [ -n "${INIT:-}" ]; then  # continue a fine model (e.g. the last call's snapshot): Step Forcing only
   mkdir -p "$RUNS/df" && rm -rf "$RUNS/df/model" && cp -r "$INIT" "$RUNS/df/model"

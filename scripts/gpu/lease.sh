@@ -17,6 +17,10 @@
 # Forcing compiles too). SPEED=1 first times the fine DiT's training step at batch $BS, eager and compiled, with a
 # profile (benchmarks/train_speed.py, ~2 min; the JSON, with each mode's top ops, in $OUT); COMPILE=auto does that and then
 # compiles only if it was >10% faster. Take those minutes out of PIPE_MIN.
+# INIT_B=DIR runs a second arm beside the first (Step Forcing from DIR, the same flags, LR_B if given; its runs in
+# ${RUNS}_b): the data is generated once, then both train to the same end, and the model comes back as $OUT/model_b.
+# Session 38 measured the fine DiT's step as host-bound (0.038 s at batch 64), so two arms share the GPU and the
+# 16 cores well. Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/out}"; RUNS="${RUNS:-runs/gpu}"; PIPE_MIN="${PIPE_MIN:-7}"; mkdir -p "$OUT" "$RUNS"
@@ -24,9 +28,11 @@ export PYTHONPATH="/tmp/site:$PWD/.devsite:$PWD" MUJOCO_GL=egl PYOPENGL_PLATFORM
 vendor=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 [ -f "$vendor" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="$vendor"
 
+if [ -z "${NO_INSTALL:-}" ]; then  # NO_INSTALL=1: a dry run here (DEVICE=cpu), with the .venv's packages
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ -n "${SMOKE:-}" ]; then
   sm=(--data synthetic:8 --steps 2 --batch-size 2 --device cuda --sample-every -1 --no-progress)
@@ -55,27 +61,51 @@ print(1 if r.get('compile', 1e9) < 0.9 * r['eager'] else '')" "$OUT/train_speed.
 fi
 
 # the pipeline's own budget plus a minute's grace; whatever it has by then is brought back
-timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/pipeline.log" 2>&1
-echo "pipeline exit $?"
-grep "^== " "$RUNS/pipeline.log" | tail -12
-for s in ae df sf dec; do
-  f="$RUNS/$s/metrics.jsonl"; [ -f "$f" ] && echo "$s: $(tail -1 "$f" | cut -c1-300)" && cp "$f" "$OUT/${s}_metrics.jsonl"
+if [ -z "${INIT_B:-}" ]; then
+  timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/pipeline.log" 2>&1
+  echo "pipeline exit $?"
+  arms=("$RUNS:model")
+else  # two arms in one call: the data once, then both pipelines side by side to one end (the GPU is host-bound)
+  export END_AT=$(( $(date +%s) + PIPE_MIN * 60 ))
+  DATA_ONLY=1 timeout $(( PIPE_MIN * 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/data.log" 2>&1
+  echo "data exit $?"; grep "^== " "$RUNS/data.log"
+  SKIP_DATA=1 timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/pipeline.log" 2>&1 &
+  a=$!
+  mkdir -p "${RUNS}_b"
+  SKIP_DATA=1 INIT="$INIT_B" LR="${LR_B:-${LR:-5e-4}}" RUNS="${RUNS}_b" \
+    timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "${RUNS}_b/pipeline.log" 2>&1 &
+  b=$!
+  wait $a; echo "arm A (${INIT:-from nothing}) exit $?"; wait $b; echo "arm B ($INIT_B) exit $?"
+  arms=("$RUNS:model" "${RUNS}_b:model_b")
+fi
+logs=()
+for arm in "${arms[@]}"; do
+  r=${arm%%:*}; echo "-- $r"; grep "^== " "$r/pipeline.log" | tail -12
+  for s in ae df sf dec; do
+    f="$r/$s/metrics.jsonl"; [ -f "$f" ] && echo "$s: $(tail -1 "$f" | cut -c1-300)" && logs+=("$f")
+  done
+  logs+=("$r/pipeline.log")
 done
-cp "$RUNS/pipeline.log" "$OUT/"
-python3 - "$RUNS" "$OUT" <<'EOF'
+# one archive of every log (at most 8 files come back)
+for f in "$RUNS/data.log" "$RUNS/train_speed.log"; do [ -f "$f" ] && logs+=("$f"); done
+tar czf "$OUT/logs.tgz" "${logs[@]}"; tar tzf "$OUT/logs.tgz"
+python3 - "$OUT" "${arms[@]}" <<'EOF'
 import sys
 from pathlib import Path
 import torch
 from neuralsim.world_model.model import WorldModel
-runs, out = Path(sys.argv[1]), Path(sys.argv[2])
-for name in ("final", "sf/model", "df/model", "ae/model"):
-    if (runs / name / "config.json").is_file():
-        try:
-            WorldModel.from_pretrained(runs / name).save_pretrained(out / "model", dtype=torch.float16)
-            print("brought back:", name)
-        except Exception as e:  # a checkpoint being replaced right now: try the next one
-            print("snapshot of", name, "failed:", e)
-            continue
-        break
+out = Path(sys.argv[1])
+for arm in sys.argv[2:]:
+    runs, dest = arm.split(":")
+    runs = Path(runs)
+    for name in ("final", "sf/model", "df/model", "ae/model"):
+        if (runs / name / "config.json").is_file():
+            try:
+                WorldModel.from_pretrained(runs / name).save_pretrained(out / dest, dtype=torch.float16)
+                print("brought back:", runs / name, "->", dest)
+            except Exception as e:  # a checkpoint being replaced right now: try the next one
+                print("snapshot of", runs / name, "failed:", e)
+                continue
+            break
 EOF
-ls -la "$OUT" "$OUT/model" 2>/dev/null
+ls -la "$OUT" "$OUT"/model* 2>/dev/null
