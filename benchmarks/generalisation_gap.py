@@ -35,7 +35,9 @@ OTHER_POSES = "step_forcing_other_poses"
 def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_size: int = 16, seed: int = 0,
                      objectives=OBJECTIVES, progress: bool = False) -> dict:
     """Mean loss (and its standard error over batches) of each objective on ``clips`` random clips of
-    ``root``, ``noise_draws`` noise draws each; the clips and the noise depend only on ``seed``.
+    ``root``, ``noise_draws`` noise draws each; the clips and the noise depend only on ``seed``, so two models'
+    ``batch_losses`` pair up batch by batch.  The clips are conditioned as the model was trained
+    (``WorldModelConfig.gripper_conditioning`` / ``arm_conditioning``).
     ``OTHER_POSES`` is Step Forcing on the same clips and noise, conditioned on the next clip's poses: a
     model that follows its actions does much worse with them, one that ignores them does not."""
     import torch
@@ -47,7 +49,11 @@ def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_s
     if not (Path(root) / "meta").is_dir():
         raise FileNotFoundError(f"{root}: not a SimDROID dataset (no meta/); make one with `neuralsim data generate`")
     ds = ClipDataset(root, clip_length=wm.config.clip_length, image_size=wm.config.autoencoder.image_size)
-    store = LatentStore(wm.autoencoder, ds, wm.device, progress=progress)
+    # the conditioning the DiT was trained on (and the env feeds it): since v20 the gripper command, since v21
+    # the replayed arm; the recorded signals would measure it on inputs it never saw
+    store = LatentStore(wm.autoencoder, ds, wm.device, progress=progress,
+                        gripper=getattr(wm.config, "gripper_conditioning", "measured"),
+                        arm=getattr(wm.config, "arm_conditioning", "measured"))
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(ds), generator=g)[:clips].tolist()
     out = {"dataset": str(root), "clips": len(idx), "noise_draws": noise_draws}
@@ -72,7 +78,8 @@ def objective_losses(wm, root: str | Path, clips: int, noise_draws: int, batch_s
         n = len(batch_losses)
         sd = statistics.stdev(batch_losses) if n > 1 else float("nan")
         out[name] = {"mean": statistics.fmean(batch_losses), "stderr": sd / math.sqrt(n), "batches": n,
-                     "per_view": {v: statistics.fmean(ls) for v, ls in view_losses.items()}}
+                     "per_view": {v: statistics.fmean(ls) for v, ls in view_losses.items()},
+                     "batch_losses": batch_losses}  # in a fixed order: two models' lists pair up
     return out
 
 
@@ -80,6 +87,34 @@ def _view_name(i: int, n_views: int) -> str:
     from neuralsim.episode import VIEW_NAMES
 
     return VIEW_NAMES[i] if n_views == len(VIEW_NAMES) else f"view{i}"
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """The options that fix which clips and noise :func:`objective_losses` scores, and the threads."""
+    p.add_argument("--clips", type=int, default=192, help="random clips per dataset")
+    p.add_argument("--noise-draws", type=int, default=2, help="noise draws per clip")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+
+
+def start(p: argparse.ArgumentParser, args) -> None:
+    """Refuse counts below 1 (through ``p.error``), then set up logging and torch's threads."""
+    for name in ("clips", "noise_draws", "batch_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def write_report(path: str | Path, report: dict) -> None:
+    """Write ``report`` as JSON to ``path`` (its folder made) and say where, with its ``seconds``."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"{report['seconds']} s; JSON: {path}")
 
 
 def compare(train: dict, heldout: dict, objectives=OBJECTIVES) -> dict:
@@ -98,11 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", required=True, help="a WorldModel checkpoint directory (or hub id)")
     p.add_argument("--train", required=True, help="a dataset the model was trained on")
     p.add_argument("--heldout", required=True, help="a dataset of the same distribution it never saw")
-    p.add_argument("--clips", type=int, default=192, help="random clips per dataset")
-    p.add_argument("--noise-draws", type=int, default=2, help="noise draws per clip")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
+    add_sampling_args(p)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "generalisation_gap.json"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--other-poses", action="store_true",
@@ -113,17 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.clips, args.noise_draws = 32, 1
-    for name in ("clips", "noise_draws", "batch_size"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    start(p, args)
 
     import torch
 
     from neuralsim.world_model.model import WorldModel
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     wm = WorldModel.from_pretrained(args.checkpoint).float().eval()
     t0 = time.time()
     objectives = OBJECTIVES + ((OTHER_POSES,) if args.other_poses else ())
@@ -151,9 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         extra["pose_sensitivity_heldout"] = {"all": other["mean"] / own["mean"], **sensitivity}
     report = {"checkpoint": args.checkpoint, "seed": args.seed, **rows, "gap": gap, **extra,
               "seconds": round(time.time() - t0, 1), "threads": torch.get_num_threads()}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(f"{report['seconds']} s; JSON: {args.out}")
+    write_report(args.out, report)
     return 0
 
 
