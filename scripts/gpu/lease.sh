@@ -4,6 +4,8 @@
 #   INIT=runs/gpu_fine/model PIPE_MIN=7 bash scripts/gpu/lease.sh   # more Step Forcing on a carried model
 #   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash scripts/gpu/lease.sh   # a fresh, wider DiT
 #   INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0 PIPE_MIN=8 bash ...   # v21, deeper
+#   INIT=neuralsim/assets/world_model INIT_B=checkpoints/residual4 NOSKILL=1 DEC_STEPS=0 BS=128 LR=3e-4 LR_B=5e-4 \
+#     COOL_SECS=150 PIPE_MIN=8 bash scripts/gpu/lease.sh      # session 61: two arms in one call (v24 and residual4)
 # Why one call does everything: a lent machine is given back 30 s after a call returns, and with it every
 # process and file the call left (session 31 lost two half-trained pipelines that way, waiting to follow them
 # with a second call). So each call regenerates its data (1,200 episodes in ~80 s on 16 cores), trains inside
@@ -19,8 +21,9 @@
 # compiles only if it was >10% faster. Take those minutes out of PIPE_MIN.
 # INIT_B=DIR runs a second arm beside the first (Step Forcing from DIR, the same flags, LR_B if given; its runs in
 # ${RUNS}_b): the data is generated once, then both train to the same end, and the model comes back as $OUT/model_b.
-# Session 38 measured the fine DiT's step as host-bound (0.038 s at batch 64), so two arms share the GPU and the
-# 16 cores well. Every log comes back in $OUT/logs.tgz.
+# The arms share the GPU evenly, each at about half its speed alone: at batch 128 the default DiT's step keeps the
+# H200 ~80% busy (session 61: 0.061 s/step alone, 0.118 s/step for each of two arms), so a second arm buys an
+# A/B in one call, not free steps. Every log comes back in $OUT/logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/out}"; RUNS="${RUNS:-runs/gpu}"; PIPE_MIN="${PIPE_MIN:-7}"; mkdir -p "$OUT" "$RUNS"
@@ -65,7 +68,7 @@ if [ -z "${INIT_B:-}" ]; then
   timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/pipeline.log" 2>&1
   echo "pipeline exit $?"
   arms=("$RUNS:model")
-else  # two arms in one call: the data once, then both pipelines side by side to one end (the GPU is host-bound)
+else  # two arms in one call: the data once, then both pipelines side by side to one end
   export END_AT=$(( $(date +%s) + PIPE_MIN * 60 ))
   DATA_ONLY=1 timeout $(( PIPE_MIN * 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/data.log" 2>&1
   echo "data exit $?"; grep "^== " "$RUNS/data.log"
