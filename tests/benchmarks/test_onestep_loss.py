@@ -29,11 +29,9 @@ def models(tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("onestep_models")
     out = {"a": Path(tiny_checkpoint)}
-    for name, prefix in (("dit", "dit."), ("encoder", "autoencoder.")):
+    for name, prefix in (("dit", "dit."), ("encoder", "autoencoder.vae.encoder.")):
         wm = WorldModel.from_pretrained(tiny_checkpoint)
         params = [(k, v) for k, v in wm.named_parameters() if k.startswith(prefix) and v.ndim > 1]
-        if name == "encoder":
-            params = [(k, v) for k, v in params if "encoder" in k]
         with torch.no_grad():
             params[0][1].add_(0.5 * torch.randn_like(params[0][1]))
         wm.save_pretrained(root / name)
