@@ -9,8 +9,8 @@
 # needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.  About 20 minutes for the
 # default 4-block DiT on the 2-core VM (session 58: 14 for fidelity beside optimism bias, 5 for throughput);
 # DiT time grows with its depth (8 blocks: ~1.5x).
-# KEEP_AS=v25 first copies the results being replaced (fidelity, optimism_bias, throughput .json) to
-# *_v25.json, refusing to overwrite an existing copy, so the old model's numbers stay for --paired runs.
+# KEEP_AS=v26 first copies the results being replaced (fidelity, optimism_bias, throughput .json) to
+# *_v26.json, refusing to overwrite an existing copy, so the old model's numbers stay for --paired runs.
 # DECODER_FROM takes the decoder from a `--stage decoder` run (WorldModel.take_decoder_from: the two
 # must share the encoder bit for bit).
 # WINDOW is the inference window written into the shipped config (frames a new frame attends to, itself
