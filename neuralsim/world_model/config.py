@@ -168,12 +168,21 @@ class DiTConfig:
     geometry (:func:`neuralsim.kinematics.wrist_camera_rays`).  The AdaLN condition is one vector per frame
     for all tokens; this gives the wrist tokens, whose view moves with the hand, a per-token geometry
     signal.  Off by default; :meth:`WorldModel.with_wrist_rays` turns it on for a trained model."""
+    tcp_marks: bool = False
+    """Also add to each exterior-view token (the first two views) an MLP of where the gripper's tool centre point
+    appears relative to that token's image region (its offset in tokens, a bump that peaks on it, the gripper
+    command), from the frame's flange pose and SimDROID's fixed exterior cameras
+    (:class:`~neuralsim.world_model.dit.TcpMarkEmbedding`).  The AdaLN condition tells every token where the hand
+    is only as a pose; this tells each exterior token whether the hand, and what it holds, is in it.  Off by
+    default; :meth:`WorldModel.with_tcp_marks` turns it on for a trained model."""
 
     def __post_init__(self) -> None:
         if self.latent_size % self.patch_size:
             raise ValueError(f"patch_size={self.patch_size} must divide latent_size={self.latent_size}")
         if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
             raise ValueError(f"dim={self.dim} / num_heads={self.num_heads} must be an even integer head dim")
+        if self.tcp_marks and self.num_views != 3:
+            raise ValueError(f"tcp_marks needs the three SimDROID views (two exterior + wrist), got num_views={self.num_views}")
         if self.cond_dim != COND_DIM:
             raise ValueError(f"cond_dim must be {COND_DIM} (xyz, Euler XYZ, gripper), got {self.cond_dim}")
 

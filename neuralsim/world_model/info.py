@@ -109,7 +109,7 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
             "decoder_layers_per_block": ae.decoder_depth, "reference_head_channels": ae.reference_head_channels,
             "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
-            "wrist_rays": dit.wrist_rays, "gripper_conditioning": config.gripper_conditioning,
+            "wrist_rays": dit.wrist_rays, "tcp_marks": dit.tcp_marks, "gripper_conditioning": config.gripper_conditioning,
             "arm_conditioning": config.arm_conditioning,
         },
         "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
@@ -146,7 +146,8 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
         f"pose conditioning {a['cond_dim']}-d (arm: {a.get('arm_conditioning', 'measured')}, "
         f"gripper: {a.get('gripper_conditioning', 'measured')})"
-        + (" + wrist camera rays" if a["wrist_rays"] else ""),
+        + (" + wrist camera rays" if a["wrist_rays"] else "")
+        + (" + exterior gripper marks" if a.get("tcp_marks") else ""),
         f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
         f"noise levels {', '.join(f'{t:g}' for t in inf['schedule'])}",
     ]

@@ -342,6 +342,17 @@ class WorldModel(nn.Module):
             raise ValueError("this model's DiT already reads wrist camera rays")
         return self._with_more_dit(wrist_rays=True)
 
+    def with_tcp_marks(self) -> "WorldModel":
+        """A copy of this model whose DiT also reads per-token gripper marks in the exterior views
+        (``DiTConfig.tcp_marks``).
+
+        As :meth:`with_wrist_rays`: every existing weight is copied bit for bit and the new embedding's output layer
+        starts at zero, so the copy predicts exactly what this model does until it is trained.  The recipe is kept.
+        """
+        if self.config.dit.tcp_marks:
+            raise ValueError("this model's DiT already reads the exterior views' gripper marks")
+        return self._with_more_dit(tcp_marks=True)
+
     @torch.no_grad()
     def with_dit_blocks(self, blocks: int, init: str = "copy") -> "WorldModel":
         """A copy of this model whose DiT has ``blocks`` more blocks, appended after its own.

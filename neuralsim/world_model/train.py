@@ -141,6 +141,10 @@ class TrainConfig:
     """DiT stage: give the DiT the per-token wrist camera rays (``DiTConfig.wrist_rays``) -- a fresh DiT is
     built with them; an ``init_from`` model without them gains a zero-initialised ray embedding
     (:meth:`~neuralsim.world_model.model.WorldModel.with_wrist_rays`), so training starts from its predictions."""
+    tcp_marks: bool = False
+    """DiT stage: give the DiT the exterior views' per-token gripper marks (``DiTConfig.tcp_marks``) -- a fresh DiT
+    is built with them; an ``init_from`` model without them gains a zero-initialised embedding
+    (:meth:`~neuralsim.world_model.model.WorldModel.with_tcp_marks`), so training starts from its predictions."""
     rollout_share: float = 0.0
     """Decoder stage: the share of training pairs whose latent is the model's own open-loop prediction of the
     frame (:class:`~neuralsim.world_model.rollouts.RolloutLatents`, made once per model and dataset) instead of
@@ -252,6 +256,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wrist-rays", dest="wrist_rays", action="store_true",
                         help="--stage dit: the DiT also reads each wrist token's camera ray (a model from --init-from "
                              "gains a zero-initialised ray embedding)")
+    parser.add_argument("--tcp-marks", dest="tcp_marks", action="store_true",
+                        help="--stage dit: each exterior-view token also reads where the gripper appears relative to it "
+                             "(SimDROID's exterior cameras; a model from --init-from gains a zero-initialised embedding)")
     parser.add_argument("--rollout-share", dest="rollout_share", type=float, default=d.rollout_share,
                         help="--stage decoder: this share of the training pairs decode the model's own open-loop "
                              "latents of the frame (rolled out once per model and dataset, cached under "
@@ -618,6 +625,8 @@ def train(cfg: TrainConfig) -> dict:
             raise ValueError(f"{flag} changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
     if cfg.wrist_rays and cfg.stage != "dit":
         raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
+    if cfg.tcp_marks and cfg.stage != "dit":
+        raise ValueError(f"--tcp-marks adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
     real = real_droid_roots(cfg.data)
     if cfg.focus_weight and real:
         raise ValueError(f"--focus-weight needs SimDROID episodes (their target cube's poses), and "
@@ -625,6 +634,9 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.wrist_rays and real:
         raise ValueError(f"--wrist-rays computes the rays of SimDROID's wrist camera mount, but {real} is real DROID "
                          "data, filmed by another camera on another mount; train without --wrist-rays")
+    if cfg.tcp_marks and real:
+        raise ValueError(f"--tcp-marks projects the gripper through SimDROID's exterior cameras, but {real} is real "
+                         "DROID data, filmed by other cameras; train without --tcp-marks")
     if any(v < 1 for v in dit_shape.values()):
         raise ValueError(f"DiT dim, depth and heads must be >= 1, got {dit_shape}")
     if cfg.deadline is not None and not math.isfinite(cfg.deadline):
@@ -658,7 +670,8 @@ def train(cfg: TrainConfig) -> dict:
     # --- model -------------------------------------------------------------------
     def fresh_dit():
         # its __post_init__ checks the shape
-        return dataclasses.replace(preset(cfg.config).dit, **dit_shape, **({"wrist_rays": True} if cfg.wrist_rays else {}))
+        return dataclasses.replace(preset(cfg.config).dit, **dit_shape, **({"wrist_rays": True} if cfg.wrist_rays else {}),
+                                   **({"tcp_marks": True} if cfg.tcp_marks else {}))
 
     if ckpt is not None:
         model = WorldModel.from_pretrained(ckpt / "raw")
@@ -669,6 +682,8 @@ def train(cfg: TrainConfig) -> dict:
                              "use another --out or --no-resume")
         if cfg.wrist_rays and not model.config.dit.wrist_rays:
             raise ValueError(f"{out} holds a run whose DiT has no wrist rays; use another --out or --no-resume")
+        if cfg.tcp_marks and not model.config.dit.tcp_marks:
+            raise ValueError(f"{out} holds a run whose DiT has no gripper marks; use another --out or --no-resume")
         for field_name, _, what in conditionings:
             asked, held = getattr(cfg, field_name), getattr(model.config, field_name)
             if asked is not None and asked != held:
@@ -704,6 +719,10 @@ def train(cfg: TrainConfig) -> dict:
             torch.manual_seed(cfg.seed)
             model = model.with_wrist_rays()
             log.info("the DiT gained a zero-initialised wrist camera ray embedding")
+        if cfg.tcp_marks and not model.config.dit.tcp_marks:
+            torch.manual_seed(cfg.seed)
+            model = model.with_tcp_marks()
+            log.info("the DiT gained a zero-initialised embedding of the exterior views' gripper marks")
         if cfg.add_dit_blocks:
             torch.manual_seed(cfg.seed)
             before = model.config.dit.depth
@@ -783,6 +802,9 @@ def train(cfg: TrainConfig) -> dict:
     if wm_cfg.dit.wrist_rays and real:
         log.warning("this DiT takes SimDROID's wrist camera rays, and %s is real DROID data (another camera mount): "
                     "its wrist tokens get rays that do not match their images", real)
+    if wm_cfg.dit.tcp_marks and real:
+        log.warning("this DiT marks the gripper through SimDROID's exterior cameras, and %s is real DROID data (other "
+                    "cameras): its exterior tokens get marks that do not match their images", real)
     dataset = open_dataset(cfg.data, wm_cfg.clip_length, wm_cfg.autoencoder.image_size, seed=cfg.seed)
     if len(dataset) == 0:
         raise ValueError(f"dataset {cfg.data!r} is empty")
@@ -849,6 +871,7 @@ def train(cfg: TrainConfig) -> dict:
             **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
             **({"wrist_rays": True} if cfg.wrist_rays else {}),
+            **({"tcp_marks": True} if cfg.tcp_marks else {}),
             **{f: getattr(cfg, f) for f, _, _ in conditionings if getattr(cfg, f)},
             **({"rollout_share": cfg.rollout_share, "rollout_seed": _rollout_seed(cfg), "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),

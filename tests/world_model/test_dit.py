@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -312,3 +313,65 @@ def test_a_fresh_dit_with_rays_draws_the_same_initial_weights_as_one_without(tin
     rays.final_out.load_state_dict(plain.final_out.state_dict())
     with torch.no_grad():
         assert torch.equal(plain(x, t, c), rays(x, t, c))
+
+
+def test_tcp_marks_project_the_tool_centre_point_as_the_focus_masks_do(tiny_model):
+    """The embedding's projection of the tool centre point through the exterior cameras is focus.py's (the loss
+    masks'), in torch, and its bump peaks on the token the point falls in, in each view."""
+    from neuralsim.world_model import focus
+
+    wm = tiny_model.with_tcp_marks()
+    embed = wm.dit.tcp_embed
+    cond = torch.tensor([[0.45, 0.10, 0.30, 3.10, 0.05, 0.20, 0.0],
+                         [0.55, -0.20, 0.15, 2.90, -0.10, -0.40, 1.0]])
+    uv, depth = embed.image_points(cond)
+    want = focus.project_exterior(focus.tool_centre(cond[:, :6].double().numpy()))
+    np.testing.assert_allclose(uv.numpy(), want, atol=1e-5)
+    assert (depth > 0.3).all()
+    feats = embed.features(cond)  # (2 frames, 2 views, G*G, 8)
+    g = embed.grid
+    assert feats.shape == (2, 2, g * g, embed.FEATURES)
+    cells = ((uv + 1) / 2 * g).floor().long().clamp(0, g - 1)  # (frame, view, (column, row))
+    peak = feats[..., 2].argmax(-1)
+    torch.testing.assert_close(peak, cells[..., 1] * g + cells[..., 0], rtol=0, atol=0)
+    assert torch.equal(feats[0, ..., 3], torch.zeros(2, g * g)) and torch.equal(feats[1, ..., 3], torch.ones(2, g * g))
+
+
+def test_with_tcp_marks_starts_from_the_same_predictions_then_moves_only_the_exterior_views(tiny_model):
+    """A model that gains the gripper marks predicts bit for bit what it did (zero-initialised output).  Trained
+    (here: randomised), with the trunk's blocks gated off and the head's modulation not reading the condition, a
+    token's output depends on its own input alone: the marks then move the exterior views' prediction with the
+    hand's pose and with the gripper command, and never the wrist view's."""
+    wm = tiny_model.with_tcp_marks()
+    assert wm.config.dit.tcp_marks and not tiny_model.config.dit.tcp_marks
+    with pytest.raises(ValueError, match="already"):
+        wm.with_tcp_marks()
+    cfg = wm.config
+    x, c = latents(cfg, 2, 5), conds(2, 5)
+    t = torch.rand(2, 5, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(wm.dit(x, t, c), tiny_model.dit(x, t, c))
+    torch.manual_seed(0)
+    plain = type(tiny_model)(cfg).eval()  # AdaLN-Zero init: blocks are the identity
+    with torch.no_grad():
+        randomise(plain.dit.final_out, seed=3)
+        randomise(plain.dit.tcp_embed, seed=5)
+        plain.dit.final_ada[1].bias.normal_()  # a fixed head modulation that ignores the condition
+        c = torch.tensor([0.5, 0.0, 0.3, 3.1, 0.0, 0.0, 0.0]).expand(1, 3, 7).clone()
+        x, t = latents(cfg, 1, 3), torch.full((1, 3), 0.5)
+        base = plain.dit(x, t, c)
+        for index, delta in ((0, 0.05), (6, 1.0)):  # the hand 5 cm along x; the gripper closed
+            other = c.clone()
+            other[..., index] += delta
+            moved = plain.dit(x, t, other)
+            assert not torch.allclose(moved[:, :, :2], base[:, :, :2])  # the exterior views moved
+            assert torch.equal(moved[:, :, 2], base[:, :, 2])  # the wrist view (the last one) did not
+
+
+def test_tcp_marks_need_the_three_simdroid_views():
+    import dataclasses
+
+    from neuralsim.world_model.config import preset
+
+    with pytest.raises(ValueError, match="tcp_marks needs the three SimDROID views"):
+        dataclasses.replace(preset("tiny").dit, num_views=2, tcp_marks=True)

@@ -69,6 +69,17 @@ def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, 
     assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
 
 
+def test_info_names_the_gripper_marks_and_counts_their_weights(tiny_checkpoint, tmp_path):
+    wm = WorldModel.from_pretrained(tiny_checkpoint).with_tcp_marks()
+    wm.save_pretrained(tmp_path / "marks")
+    info, plain = checkpoint_info(tmp_path / "marks"), checkpoint_info(tiny_checkpoint)
+    assert info["architecture"]["tcp_marks"] is True and plain["architecture"]["tcp_marks"] is False
+    assert format_checkpoint_info(info).count(" + exterior gripper marks") == 1
+    assert "gripper marks" not in format_checkpoint_info(plain)
+    extra = sum(p.numel() for p in wm.dit.tcp_embed.parameters())
+    assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
+
+
 def test_info_names_a_decoder_stage_trained_on_rollouts(tiny_checkpoint, tmp_path):
     wm = WorldModel.from_pretrained(tiny_checkpoint)
     wm.config.recipe = {**wm.config.recipe, "stages": [

@@ -472,3 +472,29 @@ def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp
     with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match="has no episodes"):
         train(_cfg(tmp_path / "z", init_from=str(rays / "model"), data=str(real)))
     assert any("do not match their images" in r.getMessage() for r in caplog.records)
+
+
+def test_tcp_marks_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path):
+    """``--tcp-marks`` with ``--init-from``: the model gains the zero-initialised embedding of the exterior views'
+    gripper marks, so its first loss equals the same run's without the option; training then moves it, and the
+    config and recipe record it.  It is refused outside the DiT stage, on real DROID data (other cameras) and when
+    resuming a run without it."""
+    base = tmp_path / "base"
+    train(_cfg(base, steps=2))
+    plain, marks = tmp_path / "plain", tmp_path / "marks"
+    train(_cfg(plain, steps=3, init_from=str(base / "model")))
+    train(_cfg(marks, steps=3, init_from=str(base / "model"), tcp_marks=True))
+    assert _losses(marks)[0] == _losses(plain)[0]
+    assert _losses(marks) != _losses(plain)
+    m = WorldModel.from_pretrained(marks / "model")
+    assert m.config.dit.tcp_marks and m.config.recipe["stages"][-1]["tcp_marks"] is True
+    assert m.dit.tcp_embed.mlp[2].weight.abs().max() > 0  # trained away from its zero start
+    with pytest.raises(ValueError, match="no gripper marks"):
+        train(_cfg(plain, steps=4, tcp_marks=True))
+    with pytest.raises(ValueError, match="needs --stage dit"):
+        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), tcp_marks=True))
+    real = tmp_path / "droid_real"
+    (real / "annotation").mkdir(parents=True)
+    with pytest.raises(ValueError, match=re.escape(str(real)) + ".*real DROID data"):
+        train(_cfg(tmp_path / "y", init_from=str(base / "model"), data=f"synthetic:8,{real}", tcp_marks=True))
+    assert not (tmp_path / "y").exists()  # refused before anything was written
