@@ -19,6 +19,8 @@
 # Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
 # WRIST_RAYS=1 gives the DiT per-token wrist camera rays (--wrist-rays, DiTConfig.wrist_rays; a model from INIT
 # without them gains a zero-initialised ray embedding).
+# TCP_MARKS=1 gives the DiT per-token gripper marks in the exterior views (--tcp-marks, DiTConfig.tcp_marks; a model
+# from INIT without them gains a zero-initialised embedding).
 # ADD_BLOCKS=n appends n blocks to the DiT before Step Forcing (--add-dit-blocks; they start as the identity), e.g.
 # the shipped coarse model with more capacity: INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0
 # (DEC_STEPS=0 keeps its decoder and reference head; the stage below would prune the decoder).
@@ -48,6 +50,7 @@ log() { echo "== $(date -u +%T) +$(( $(date +%s) - T0 ))s $*"; }
 COMMON=(--device "$DEVICE" --checkpoint-every 250 --sample-every -1 --no-progress)
 DIT_EXTRA=(); [ -z "${COMPILE:-}" ] || DIT_EXTRA=(--compile)
 [ -z "${WRIST_RAYS:-}" ] || DIT_EXTRA+=(--wrist-rays)
+[ -z "${TCP_MARKS:-}" ] || DIT_EXTRA+=(--tcp-marks)
 
 DIT_DATA="$DATA"; [ -z "${NOSKILL:-}" ] || DIT_DATA="$DATA,${DATA}_idle,${DATA}_random"
 if [ -z "${SKIP_DATA:-}" ]; then

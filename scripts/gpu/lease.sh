@@ -23,7 +23,9 @@
 # ${RUNS}_b): the data is generated once, then both train to the same end, and the model comes back as $OUT/model_b.
 # The arms share the GPU evenly, each at about half its speed alone: at batch 128 the default DiT's step keeps the
 # H200 ~80% busy (session 61: 0.061 s/step alone, 0.118 s/step for each of two arms), so a second arm buys an
-# A/B in one call, not free steps. Every log comes back in $OUT/logs.tgz.
+# A/B in one call, not free steps. Every log comes back in $OUT/logs.tgz. TCP_MARKS_B=1 gives arm B alone the
+# exterior gripper marks (--tcp-marks; TCP_MARKS=1 gives them to both): INIT=M INIT_B=M TCP_MARKS_B=1 is the marks'
+# A/B at GPU scale.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/out}"; RUNS="${RUNS:-runs/gpu}"; PIPE_MIN="${PIPE_MIN:-7}"; mkdir -p "$OUT" "$RUNS"
@@ -75,7 +77,7 @@ else  # two arms in one call: the data once, then both pipelines side by side to
   SKIP_DATA=1 timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/pipeline.log" 2>&1 &
   a=$!
   mkdir -p "${RUNS}_b"
-  SKIP_DATA=1 INIT="$INIT_B" LR="${LR_B:-${LR:-5e-4}}" RUNS="${RUNS}_b" \
+  SKIP_DATA=1 INIT="$INIT_B" LR="${LR_B:-${LR:-5e-4}}" RUNS="${RUNS}_b" TCP_MARKS="${TCP_MARKS_B:-${TCP_MARKS:-}}" \
     timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "${RUNS}_b/pipeline.log" 2>&1 &
   b=$!
   wait $a; echo "arm A (${INIT:-from nothing}) exit $?"; wait $b; echo "arm B ($INIT_B) exit $?"
