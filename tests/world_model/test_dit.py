@@ -247,19 +247,28 @@ def test_linear_inference_path_equals_nn_linear_and_follows_weight_changes():
     assert y.requires_grad
 
 
+def _gain_input(tiny_model, flag: str):
+    """``tiny_model.with_<flag>()``, checked to set ``DiTConfig.<flag>``, to refuse a second time, and to predict bit
+    for bit what ``tiny_model`` does (its new embedding's output starts at zero); returns it with the (x, t, cond)
+    it was checked on."""
+    wm = getattr(tiny_model, f"with_{flag}")()
+    assert getattr(wm.config.dit, flag) and not getattr(tiny_model.config.dit, flag)
+    with pytest.raises(ValueError, match="already"):
+        getattr(wm, f"with_{flag}")()
+    x, c = latents(wm.config, 2, 5), conds(2, 5)
+    t = torch.rand(2, 5, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(wm.dit(x, t, c), tiny_model.dit(x, t, c))
+    return wm, x, t, c
+
+
 def test_with_wrist_rays_starts_from_the_same_predictions_then_reads_the_rays(tiny_model):
     """A model that gains the wrist ray embedding predicts bit for bit what it did (zero-initialised output);
     once the embedding is trained it changes the prediction with the flange pose, and it keys on the pose
     alone: a gripper-only change moves no ray."""
-    wm = tiny_model.with_wrist_rays()
-    assert wm.config.dit.wrist_rays and not tiny_model.config.dit.wrist_rays
-    with pytest.raises(ValueError, match="already"):
-        wm.with_wrist_rays()
+    wm, x, t, c = _gain_input(tiny_model, "wrist_rays")
     cfg = wm.config
-    x, c = latents(cfg, 2, 5), conds(2, 5)
-    t = torch.rand(2, 5, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        assert torch.equal(wm.dit(x, t, c), tiny_model.dit(x, t, c))
         randomise(wm.dit.ray_embed, seed=9)
         moved = c.clone()
         moved[:, :, 0] += 0.05  # the flange (and so every wrist ray) 5 cm along x
@@ -342,15 +351,7 @@ def test_with_tcp_marks_starts_from_the_same_predictions_then_moves_only_the_ext
     (here: randomised), with the trunk's blocks gated off and the head's modulation not reading the condition, a
     token's output depends on its own input alone: the marks then move the exterior views' prediction with the
     hand's pose and with the gripper command, and never the wrist view's."""
-    wm = tiny_model.with_tcp_marks()
-    assert wm.config.dit.tcp_marks and not tiny_model.config.dit.tcp_marks
-    with pytest.raises(ValueError, match="already"):
-        wm.with_tcp_marks()
-    cfg = wm.config
-    x, c = latents(cfg, 2, 5), conds(2, 5)
-    t = torch.rand(2, 5, generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        assert torch.equal(wm.dit(x, t, c), tiny_model.dit(x, t, c))
+    cfg = _gain_input(tiny_model, "tcp_marks")[0].config
     torch.manual_seed(0)
     plain = type(tiny_model)(cfg).eval()  # AdaLN-Zero init: blocks are the identity
     with torch.no_grad():

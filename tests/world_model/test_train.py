@@ -442,59 +442,36 @@ def test_fetch_clips_can_give_the_arm_replay():
     assert not torch.allclose(replay[..., :6], measured[..., :6], atol=1e-4)
 
 
-def test_wrist_rays_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path, caplog):
-    """``--wrist-rays`` with ``--init-from``: the model gains the zero-initialised ray embedding, so its first
-    loss equals the same run's without the option; training then moves the embedding, and the config and
-    recipe record it.  It is refused outside the DiT stage and when resuming a run without it."""
+@pytest.mark.parametrize("flag, module, missing", [("wrist_rays", "ray_embed", "no wrist rays"),
+                                                   ("tcp_marks", "tcp_embed", "no gripper marks")])
+def test_dit_input_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path, caplog, flag, module, missing):
+    """``--wrist-rays`` / ``--tcp-marks`` with ``--init-from``: the model gains the zero-initialised embedding, so its
+    first loss equals the same run's without the option; training then moves the embedding, and the config and
+    recipe record it.  It is refused outside the DiT stage and when resuming a run without it, and, since both
+    read SimDROID's camera geometry, on real DROID data; a model that already has it is only warned about there."""
+    option = {flag: True}
     base = tmp_path / "base"
     train(_cfg(base, steps=2))
-    plain, rays = tmp_path / "plain", tmp_path / "rays"
+    plain, extended = tmp_path / "plain", tmp_path / "extended"
     train(_cfg(plain, steps=3, init_from=str(base / "model")))
-    train(_cfg(rays, steps=3, init_from=str(base / "model"), wrist_rays=True))
-    assert _losses(rays)[0] == _losses(plain)[0]
-    assert _losses(rays) != _losses(plain)
-    m = WorldModel.from_pretrained(rays / "model")
-    assert m.config.dit.wrist_rays and m.config.recipe["stages"][-1]["wrist_rays"] is True
-    assert m.dit.ray_embed.mlp[2].weight.abs().max() > 0  # trained away from its zero start
-    assert not WorldModel.from_pretrained(plain / "model").config.dit.wrist_rays
-    train(_cfg(rays, steps=4, wrist_rays=True))  # resumes a run that has them
-    with pytest.raises(ValueError, match="no wrist rays"):
-        train(_cfg(plain, steps=4, wrist_rays=True))
+    train(_cfg(extended, steps=3, init_from=str(base / "model"), **option))
+    assert _losses(extended)[0] == _losses(plain)[0]
+    assert _losses(extended) != _losses(plain)
+    m = WorldModel.from_pretrained(extended / "model")
+    assert getattr(m.config.dit, flag) and m.config.recipe["stages"][-1][flag] is True
+    assert getattr(m.dit, module).mlp[2].weight.abs().max() > 0  # trained away from its zero start
+    assert not getattr(WorldModel.from_pretrained(plain / "model").config.dit, flag)
+    train(_cfg(extended, steps=4, **option))  # resumes a run that has it
+    with pytest.raises(ValueError, match=missing):
+        train(_cfg(plain, steps=4, **option))
     with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), wrist_rays=True))
-    # the rays are SimDROID's wrist camera mount: real DROID data (another mount) is refused for them
+        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), **option))
     real = tmp_path / "droid_real"
     (real / "annotation").mkdir(parents=True)
     with pytest.raises(ValueError, match=re.escape(str(real)) + ".*real DROID data"):
-        train(_cfg(tmp_path / "y", init_from=str(base / "model"), data=f"synthetic:8,{real}", wrist_rays=True))
+        train(_cfg(tmp_path / "y", init_from=str(base / "model"), data=f"synthetic:8,{real}", **option))
     assert not (tmp_path / "y").exists()  # refused before anything was written
-    # a model that already has rays is warned about, not refused (this sample is empty, so the run stops there)
+    # a model that already has it is warned about, not refused (this sample is empty, so the run stops there)
     with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match="has no episodes"):
-        train(_cfg(tmp_path / "z", init_from=str(rays / "model"), data=str(real)))
+        train(_cfg(tmp_path / "z", init_from=str(extended / "model"), data=str(real)))
     assert any("do not match their images" in r.getMessage() for r in caplog.records)
-
-
-def test_tcp_marks_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path):
-    """``--tcp-marks`` with ``--init-from``: the model gains the zero-initialised embedding of the exterior views'
-    gripper marks, so its first loss equals the same run's without the option; training then moves it, and the
-    config and recipe record it.  It is refused outside the DiT stage, on real DROID data (other cameras) and when
-    resuming a run without it."""
-    base = tmp_path / "base"
-    train(_cfg(base, steps=2))
-    plain, marks = tmp_path / "plain", tmp_path / "marks"
-    train(_cfg(plain, steps=3, init_from=str(base / "model")))
-    train(_cfg(marks, steps=3, init_from=str(base / "model"), tcp_marks=True))
-    assert _losses(marks)[0] == _losses(plain)[0]
-    assert _losses(marks) != _losses(plain)
-    m = WorldModel.from_pretrained(marks / "model")
-    assert m.config.dit.tcp_marks and m.config.recipe["stages"][-1]["tcp_marks"] is True
-    assert m.dit.tcp_embed.mlp[2].weight.abs().max() > 0  # trained away from its zero start
-    with pytest.raises(ValueError, match="no gripper marks"):
-        train(_cfg(plain, steps=4, tcp_marks=True))
-    with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), tcp_marks=True))
-    real = tmp_path / "droid_real"
-    (real / "annotation").mkdir(parents=True)
-    with pytest.raises(ValueError, match=re.escape(str(real)) + ".*real DROID data"):
-        train(_cfg(tmp_path / "y", init_from=str(base / "model"), data=f"synthetic:8,{real}", tcp_marks=True))
-    assert not (tmp_path / "y").exists()  # refused before anything was written
