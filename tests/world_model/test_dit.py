@@ -376,3 +376,33 @@ def test_tcp_marks_need_the_three_simdroid_views():
 
     with pytest.raises(ValueError, match="tcp_marks needs the three SimDROID views"):
         dataclasses.replace(preset("tiny").dit, num_views=2, tcp_marks=True)
+
+
+def test_ablate_script_zeroes_one_input_and_keeps_every_other_weight(tiny_model, tmp_path):
+    """``scripts/ablate_dit_input.py``: the copy's chosen embedding outputs zero (so it predicts as the model would
+    without that input), every other weight is the original's, and a model without the input is refused by name."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    wm = tiny_model.with_tcp_marks().with_wrist_rays()
+    randomise(wm.dit.tcp_embed, seed=5)
+    randomise(wm.dit.ray_embed, seed=6)
+    wm.save_pretrained(tmp_path / "both")
+    tiny_model.save_pretrained(tmp_path / "plain")
+    script = [sys.executable, str(root / "scripts" / "ablate_dit_input.py")]
+    run = subprocess.run(script + [str(tmp_path / "both"), str(tmp_path / "off"), "--data", str(tmp_path / "none")],
+                         capture_output=True, text=True, cwd=root)
+    assert run.returncode == 0, run.stderr
+    off = type(wm).from_pretrained(tmp_path / "off")
+    cond = conds(3)
+    with torch.no_grad():
+        assert torch.equal(off.dit.tcp_embed(cond), torch.zeros(3, 2 * wm.config.dit.tokens_per_view, wm.config.dit.dim))
+        assert torch.equal(off.dit.ray_embed(cond), wm.dit.ray_embed(cond))
+    kept = {k: v for k, v in wm.state_dict().items() if not k.startswith("dit.tcp_embed.mlp.2.")}
+    assert all(torch.equal(off.state_dict()[k], v) for k, v in kept.items())
+    run = subprocess.run(script + [str(tmp_path / "plain"), str(tmp_path / "x")], capture_output=True, text=True,
+                         cwd=root)
+    assert run.returncode != 0 and "has no tcp_marks input" in run.stderr
+    assert not (tmp_path / "x").exists()
