@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kinematics import euler_xyz_to_matrix, wrist_camera_rays
+from ..kinematics import wrist_camera_rays
 from .config import DiTConfig
 from .kv_cache import KVCache, RowIndex
 
@@ -192,9 +192,8 @@ class TcpMarkEmbedding(nn.Module):
     """Two-layer MLP, per exterior-view token, of where the tool centre point appears relative to the token's image
     region (``DiTConfig.tcp_marks``): (…, 7) -> (…, 2 * G * G, dim), the two exterior views' tokens in order.
 
-    The tool centre point (between the fingertips, :data:`~neuralsim.world_model.focus.TCP_OFFSET` along the flange's
-    z axis) is projected through each of SimDROID's fixed exterior cameras
-    (:func:`~neuralsim.world_model.focus.exterior_camera_frames`).  Per token the features are its offset from the
+    The tool centre point (between the fingertips, :func:`~neuralsim.world_model.focus.tool_centre`) is projected
+    through each of SimDROID's fixed exterior cameras (:func:`~neuralsim.world_model.focus.exterior_camera_frames`).  Per token the features are its offset from the
     token's centre in tokens (column, row; clipped to the grid), a Gaussian bump of that offset (1 on the token, 0.6
     one token away), the gripper command, the command times the bump, the point's depth [m] and the view (one-hot).
     A cube the gripper carries is drawn where the bump is, so the tokens that must draw it know it without having
@@ -224,10 +223,9 @@ class TcpMarkEmbedding(nn.Module):
     def image_points(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(…, 7) -> the tool centre point in each exterior view as (column, row) in [-1, 1] (…, 2, 2) and its
         depth along each camera's axis [m] (…, 2); a point behind a camera is put far outside its image."""
-        from .focus import TCP_OFFSET
+        from .focus import tool_centre
 
-        cond = cond.float()
-        tcp = cond[..., :3] + euler_xyz_to_matrix(cond[..., 3:6])[..., :, 2] * TCP_OFFSET  # (…, 3)
+        tcp = tool_centre(cond[..., :6].float())  # (…, 3)
         cam = torch.einsum("vij,...vj->...vi", self.cam_basis, tcp[..., None, :] - self.cam_pos)  # right, up, fwd
         depth = cam[..., 2]
         ahead = depth > 1e-3

@@ -66,12 +66,14 @@ def project_wrist(points: np.ndarray, cartesian: np.ndarray) -> np.ndarray:
     return np.where((depth > 1e-3)[:, None], uv, 10.0)
 
 
-def tool_centre(cartesian: np.ndarray) -> np.ndarray:
-    """The tool centre point (T, 3) [m] of flange poses ``cartesian`` (T, 6)."""
+def tool_centre(cartesian):
+    """The tool centre point (..., 3) [m] of flange poses ``cartesian`` (..., 6): a numpy array (float64) or a torch
+    tensor (its own dtype; :class:`~neuralsim.world_model.dit.TcpMarkEmbedding` calls it with one)."""
     from neuralsim import kinematics as K
 
-    cartesian = np.asarray(cartesian, float)
-    return cartesian[:, :3] + K.euler_xyz_to_matrix(cartesian[:, 3:6])[:, :, 2] * TCP_OFFSET
+    if not type(cartesian).__module__.startswith("torch"):
+        cartesian = np.asarray(cartesian, float)
+    return cartesian[..., :3] + K.euler_xyz_to_matrix(cartesian[..., 3:6])[..., :, 2] * TCP_OFFSET
 
 
 def _marks(uv: np.ndarray, grid: int, radius: float) -> np.ndarray:
