@@ -5,6 +5,7 @@ Usage::
     python -m benchmarks.train_speed --quick                                    # tiny DiT, CPU, < 2 min
     python -m benchmarks.train_speed --config fine --batch-size 8 --threads 2   # the CPU's fine-line step
     python -m benchmarks.train_speed --config fine --batch-size 64 --device cuda --profile   # a lent GPU
+    python -m benchmarks.train_speed --config default --patch-size 2 --modes eager --threads 2   # finer tokens
 
 Each mode (``eager``, ``compile``) runs the step of ``neuralsim.world_model.train``'s DiT stage on
 random latents of ``--config``'s shape: the batch gathered from an fp16 latent store on the device (one
@@ -42,8 +43,11 @@ def _sync(device) -> None:
 
 
 def make_step(config: str, batch_size: int, objective: str, device, compiled: bool, seed: int = 0,
-              store_frames: int = 4096):
-    """A closure running one training step of a fresh DiT of preset ``config``; returns (step, the DiT)."""
+              store_frames: int = 4096, patch_size: int | None = None):
+    """A closure running one training step of a fresh DiT of preset ``config`` (its latent patch side
+    ``patch_size`` if given, as ``neuralsim train --dit-patch-size``); returns (step, the DiT)."""
+    import dataclasses
+
     import torch
 
     from neuralsim.world_model.config import preset
@@ -52,6 +56,8 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
     from neuralsim.world_model.train import TrainConfig, make_optimizer, update
 
     cfg = preset(config)
+    if patch_size is not None:
+        cfg.dit = dataclasses.replace(cfg.dit, patch_size=patch_size)
     d = cfg.dit
     torch.manual_seed(seed)
     dit = CausalDiT(d).to(device).train()
@@ -86,7 +92,8 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
 
 def time_mode(mode: str, args, device) -> dict:
     """Warm-up, then the median seconds per step over ``args.repeats`` blocks (and a profile if asked)."""
-    step, dit = make_step(args.config, args.batch_size, args.objective, device, mode == "compile", args.seed)
+    step, dit = make_step(args.config, args.batch_size, args.objective, device, mode == "compile", args.seed,
+                          patch_size=args.patch_size)
     n_params = sum(p.numel() for p in dit.parameters())
     t0 = time.perf_counter()
     for _ in range(args.warmup):
@@ -94,7 +101,8 @@ def time_mode(mode: str, args, device) -> dict:
     _sync(device)
     first = time.perf_counter() - t0
     s, blocks_ms, steal = _median_time(step, args.steps, args.repeats, block_end=lambda: _sync(device))
-    row = {"mode": mode, "config": args.config, "objective": args.objective, "batch_size": args.batch_size,
+    row = {"mode": mode, "config": args.config, "patch_size": dit.config.patch_size,
+           "tokens_per_frame": dit.config.tokens_per_frame, "objective": args.objective, "batch_size": args.batch_size,
            "device": str(device), "params": n_params, "first_steps": args.warmup, "first_steps_s": round(first, 2),
            "s_per_step": round(s, 5), "ms_per_step_blocks": blocks_ms, "steal_pct_blocks": steal,
            "clips_per_s": round(args.batch_size / s, 2)}
@@ -139,6 +147,7 @@ def profile_block(step, steps: int, device, top: int = 12) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.train_speed", description=__doc__.split("\n")[0])
     p.add_argument("--config", default="fine", help="world-model preset whose DiT is timed (tiny, small, default, fine)")
+    p.add_argument("--patch-size", type=int, default=None, help="the DiT's latent patch side (default: the preset's)")
     p.add_argument("--objective", default="step_forcing")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", default="cpu")

@@ -95,6 +95,9 @@ class TrainConfig:
     """A fresh DiT with this many blocks instead of the preset's."""
     dit_heads: int | None = None
     """A fresh DiT with this many attention heads instead of the preset's (dim / heads must be even)."""
+    dit_patch_size: int | None = None
+    """A fresh DiT whose tokens are this many latent cells on a side instead of the preset's (it must divide the
+    latent size): 2 on the default 16x16 latent gives 8x8 tokens per view, each 8x8 pixels, at about 4x the cost."""
     steps: int = 1000
     """Total optimiser steps of this stage (a resumed run continues up to this number)."""
     batch_size: int = 8
@@ -218,6 +221,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a fresh DiT with this many blocks instead of --config's")
     parser.add_argument("--dit-heads", dest="dit_heads", type=int, default=None,
                         help="a fresh DiT with this many attention heads instead of --config's")
+    parser.add_argument("--dit-patch-size", dest="dit_patch_size", type=int, default=None,
+                        help="a fresh DiT with latent patches this many cells on a side instead of --config's "
+                             "(smaller: more, finer tokens)")
     parser.add_argument("--steps", type=int, default=d.steps)
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size)
     parser.add_argument("--lr", type=float, default=d.lr)
@@ -561,11 +567,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.autoencoder_from and (cfg.stage != "dit" or cfg.init_from):
         raise ValueError("--autoencoder-from starts a fresh DiT on a trained autoencoder; it needs --stage dit and "
                          f"no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    dit_shape = {k: v for k, v in (("dim", cfg.dit_dim), ("depth", cfg.dit_depth), ("num_heads", cfg.dit_heads))
-                 if v is not None}
+    dit_shape = {k: v for k, v in (("dim", cfg.dit_dim), ("depth", cfg.dit_depth), ("num_heads", cfg.dit_heads),
+                                   ("patch_size", cfg.dit_patch_size)) if v is not None}
     if dit_shape and (cfg.stage != "dit" or cfg.init_from):
-        raise ValueError("--dit-dim/--dit-depth/--dit-heads shape a fresh DiT; they need --stage dit and no --init-from "
-                         f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+        raise ValueError("--dit-dim/--dit-depth/--dit-heads/--dit-patch-size shape a fresh DiT; they need --stage dit "
+                         f"and no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if not 0.0 <= cfg.rollout_share <= 1.0:
         raise ValueError(f"--rollout-share must be in [0, 1], got {cfg.rollout_share}")
     if cfg.rollout_share and cfg.stage != "decoder":
@@ -638,7 +644,7 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError(f"--tcp-marks projects the gripper through SimDROID's exterior cameras, but {real} is real "
                          "DROID data, filmed by other cameras; train without --tcp-marks")
     if any(v < 1 for v in dit_shape.values()):
-        raise ValueError(f"DiT dim, depth and heads must be >= 1, got {dit_shape}")
+        raise ValueError(f"DiT dim, depth, heads and patch size must be >= 1, got {dit_shape}")
     if cfg.deadline is not None and not math.isfinite(cfg.deadline):
         raise ValueError(f"deadline must be a finite Unix time, got {cfg.deadline}")
     if not math.isfinite(cfg.cool_down_secs) or cfg.cool_down_secs < 0:

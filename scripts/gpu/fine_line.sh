@@ -3,12 +3,13 @@
 #   PIPE_MIN=8 bash scripts/gpu/fine_line.sh                  # normally run by scripts/gpu/lease.sh
 #   INIT=runs/gpu_fine/model PIPE_MIN=8 bash scripts/gpu/fine_line.sh   # more Step Forcing on a fine model
 #   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash ...  # a fresh, wider DiT on a kept autoencoder
+#   AE_FROM=checkpoints/fine DIT_PATCH=4 PIPE_MIN=8 bash ...  # a fresh DiT with 8x8 tokens per view (8x8 pixels each)
 # Stages (logs and runs under $RUNS, the dataset under $DATA):
 #   1. SimDROID data, seed 0, $EPISODES episodes, $WORKERS processes, raw .npy frames (no ffmpeg there);
 #   2. the fine autoencoder (32x32x4 latent), batch $AE_BS clips x 2 frames x 3 views;
 #      (skipped with AE_FROM: a trained fine model whose autoencoder and latent statistics are kept);
 #   3. Diffusion Forcing on a fresh DiT (the fine preset's 4 blocks x 256, 4 heads, unless DIT_DIM, DIT_DEPTH,
-#      DIT_HEADS say otherwise), batch $BS clips of 16 frames;
+#      DIT_HEADS or DIT_PATCH, its latent patch side, say otherwise), batch $BS clips of 16 frames;
 #   4. Step Forcing until $FINAL_SECS s before the budget ends, its learning rate falling linearly to 0 over the
 #      last $COOL_SECS s (the trainer's --deadline and --cool-down-secs: one run, no guess at its speed);
 #   5. beside 3-4: the decoder pruned to one ResNet per level and trained on the frozen encoder's latents;
@@ -75,6 +76,7 @@ if [ -n "${INIT:-}" ]; then  # continue a fine model (e.g. the last call's snaps
 else
 SHAPE=(); [ -z "${DIT_DIM:-}" ] || SHAPE+=(--dit-dim "$DIT_DIM")
 [ -z "${DIT_DEPTH:-}" ] || SHAPE+=(--dit-depth "$DIT_DEPTH"); [ -z "${DIT_HEADS:-}" ] || SHAPE+=(--dit-heads "$DIT_HEADS")
+[ -z "${DIT_PATCH:-}" ] || SHAPE+=(--dit-patch-size "$DIT_PATCH")
 if [ -n "${AE_FROM:-}" ]; then
 log "autoencoder kept from $AE_FROM"
 else

@@ -63,3 +63,14 @@ def test_a_failing_mode_is_reported_and_the_others_kept(tmp_path, monkeypatch):
     eager, compiled = json.loads(out.read_text())["rows"]
     assert eager["mode"] == "eager" and eager["s_per_step"] > 0
     assert compiled["mode"] == "compile" and "no C++ compiler" in compiled["error"] and "s_per_step" not in compiled
+
+
+def test_patch_size_times_a_dit_with_finer_tokens(tmp_path):
+    """``--patch-size``: the timed DiT reads smaller latent patches (more tokens per frame), and the row says so."""
+    out = tmp_path / "speed.json"
+    assert TS.main(["--quick", "--modes", "eager", "--patch-size", "2", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["patch_size"] == 2 and row["tokens_per_frame"] == 3 * 4 * 4  # tiny: 8x8 latent, 3 views
+    step, dit = TS.make_step("tiny", 2, "step_forcing", torch.device("cpu"), compiled=False, patch_size=2)
+    step()
+    assert dit.config.patch_size == 2 and dit.patch_embed.weight.shape[1] == dit.config.latent_channels * 4

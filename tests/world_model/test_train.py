@@ -123,8 +123,8 @@ def test_autoencoder_from_trains_a_fresh_dit_on_a_kept_autoencoder(tmp_path):
 
 
 def test_dit_shape_options_build_a_wider_fresh_dit_and_refuse_misuse(tmp_path):
-    """``--dit-dim/--dit-depth/--dit-heads`` reshape a fresh DiT (on a kept autoencoder or from scratch); they refuse
-    a kept DiT (--init-from), a bad shape, and resuming a run of another shape."""
+    """``--dit-dim/--dit-depth/--dit-heads/--dit-patch-size`` reshape a fresh DiT (on a kept autoencoder or from
+    scratch); they refuse a kept DiT (--init-from), a bad shape, and resuming a run of another shape."""
     ae = tmp_path / "ae"
     train(_cfg(ae, stage="autoencoder", steps=2))
     wide = tmp_path / "wide"
@@ -145,6 +145,16 @@ def test_dit_shape_options_build_a_wider_fresh_dit_and_refuse_misuse(tmp_path):
         train(_cfg(tmp_path / "x", init_from=str(ae / "model"), dit_dim=64))
     with pytest.raises(ValueError, match="even integer head dim"):
         train(_cfg(tmp_path / "y", dit_dim=30, dit_heads=2))  # head dim 15
+    fine = tmp_path / "fine_tokens"
+    train(_cfg(fine, objective="diffusion_forcing", steps=1, autoencoder_from=str(ae / "model"), dit_patch_size=2))
+    c = WorldModel.from_pretrained(fine / "model")
+    assert c.config.dit.patch_size == 2 and a.config.dit.patch_size == 4  # tiny's 8x8 latent: 4x4 tokens, not 2x2
+    assert c.config.dit.tokens_per_view == 4 * a.config.dit.tokens_per_view
+    assert c.dit.patch_embed.weight.shape[1] == c.config.dit.latent_channels * 4
+    with pytest.raises(ValueError, match="must be >= 1 and divide latent_size"):
+        train(_cfg(tmp_path / "p3", dit_patch_size=3))
+    with pytest.raises(ValueError, match="patch size must be >= 1"):
+        train(_cfg(tmp_path / "p0", dit_patch_size=0))
 
 
 def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
