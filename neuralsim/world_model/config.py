@@ -177,7 +177,7 @@ class DiTConfig:
     default; :meth:`WorldModel.with_tcp_marks` turns it on for a trained model."""
 
     def __post_init__(self) -> None:
-        if self.latent_size % self.patch_size:
+        if self.patch_size < 1 or self.latent_size % self.patch_size:
             raise ValueError(f"patch_size={self.patch_size} must be >= 1 and divide latent_size={self.latent_size}")
         if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
             raise ValueError(f"dim={self.dim} / num_heads={self.num_heads} must be an even integer head dim")

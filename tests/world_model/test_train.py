@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -155,6 +156,9 @@ def test_dit_shape_options_build_a_wider_fresh_dit_and_refuse_misuse(tmp_path):
         train(_cfg(tmp_path / "p3", dit_patch_size=3))
     with pytest.raises(ValueError, match="patch size must be >= 1"):
         train(_cfg(tmp_path / "p0", dit_patch_size=0))
+    for bad in (0, -2, 3):  # the config itself refuses them too, by name, before any division by zero
+        with pytest.raises(ValueError, match=f"patch_size={bad} must be >= 1 and divide latent_size=8"):
+            dataclasses.replace(a.config.dit, patch_size=bad)
 
 
 def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
