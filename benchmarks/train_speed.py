@@ -22,6 +22,7 @@ sets the pace.  JSON goes to ``benchmarks/results/train_speed.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import platform
@@ -46,8 +47,6 @@ def make_step(config: str, batch_size: int, objective: str, device, compiled: bo
               store_frames: int = 4096, patch_size: int | None = None):
     """A closure running one training step of a fresh DiT of preset ``config`` (its latent patch side
     ``patch_size`` if given, as ``neuralsim train --dit-patch-size``); returns (step, the DiT)."""
-    import dataclasses
-
     import torch
 
     from neuralsim.world_model.config import preset
