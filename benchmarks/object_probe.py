@@ -23,7 +23,7 @@ labelled with the simulator's position.  Tried on the shipped autoencoder (sessi
 the probe found the cube on held-out decoded renders only 29% of the time (9.7 cm mean), and on
 decoded true last frames of the fidelity split 23% (raw-trained: 22%), while it lost accuracy on raw
 renders (65% instead of 93% on the split's last frames).  That autoencoder does not keep a 2.5-pixel
-cube's colour (docs/FIDELITY.md), so there is nothing for the probe to read; the shipped probe is
+cube's colour (docs/fidelity_history.md), so there is nothing for the probe to read; the shipped probe is
 trained on raw renders.  The option stays for an autoencoder that keeps the cube.
 
 Measured (80 rollouts, 3000 steps, seeds 3_000_000+): table-xy error on held-out rollouts (every

@@ -13,7 +13,7 @@ same noise at every step, whatever else differs (an input, a learning rate, a lo
 curve alone.  Each block of steps gets the mean ratio and a 95% interval over its logged steps
 (Student's t; log lines are every ``--log-every`` steps, 10 by default).  The interval is the spread
 within one pair of runs: a different seed draws other batches and another initialisation, so an effect
-near the interval's size still wants a second pair (docs/FIDELITY.md, session 46).
+near the interval's size still wants a second pair (docs/fidelity_history.md, session 46).
 
 Pairing by step stops comparing models once either run starts to anneal: a ``--cool-down-secs`` run
 starts cooling at the step its speed reaches, so two runs of different speed cool from different steps,

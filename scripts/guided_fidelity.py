@@ -11,8 +11,8 @@ Negatives (the DiT was trained on both kinds of condition, so it can answer them
   nothing changes; in a grasp and a carry the guidance amplifies what closing the gripper does to the picture.
 * ``still``: the previous frame's condition, i.e. the arm as if it had not moved; amplifies what the motion does.
 
-Everything after ``--`` goes to ``benchmarks.fidelity``. Each guided pass costs a second DiT pass. FIDELITY.md,
-"Action guidance at inference", has what it measured.
+Everything after ``--`` goes to ``benchmarks.fidelity``. Each guided pass costs a second DiT pass.
+docs/fidelity_history.md, "Action guidance at inference", has what it measured.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Presets (``preset(name)``):
   (16 per view) keeps the 16-frame clip at 768 tokens, so ~10k steps fit in a few CPU hours.
 * ``fine``    -- the default's DiT on a finer latent: 64x64 views -> 32x32x4 latents (channels 32/64, one
   downsampling), DiT patch 8 -> the same 16 tokens/view, each token carrying 8x8x4 = 256 latent numbers
-  instead of 64.  Why (session 22, docs/FIDELITY.md): a 5 cm cube is ~2.5 pixels wide in the exterior
+  instead of 64.  Why (session 22, docs/fidelity_history.md): a 5 cm cube is ~2.5 pixels wide in the exterior
   views, and the default's 16x16 latent draws it as a colourless smudge, so no DiT could place it; trained
   from scratch for the same 600 steps, the 32x32 latent reconstructs held-out frames at 28.9 / 29.1 /
   27.5 dB (the 16x16 one: 24.9 / 25.1 / 21.6) and keeps the cubes' colours.  Decoding three views costs
@@ -222,13 +222,13 @@ class WorldModelConfig:
     an object in the fingers stops (~0.35 around a SimDROID cube) -- or ``"command"`` -- the gripper command
     through the action adapter's lag (:func:`neuralsim.envs.adapter.gripper_trajectory`), the signal NeuralDROID
     can give it at run time (RoboWorld conditions on the command too).  A ``measured`` model in the env reads
-    every closed grasp as an empty one (docs/FIDELITY.md, "Conditioning")."""
+    every closed grasp as an empty one (docs/fidelity_history.md, "Conditioning")."""
     arm_conditioning: str = "measured"
     """What the six pose entries were trained on: ``"measured"`` -- forward kinematics of the recorded joints -- or
     ``"replay"`` -- forward kinematics of the action adapter's replay of the episode's recorded actions from its
     first state (:func:`neuralsim.envs.adapter.arm_trajectory`), the pose NeuralDROID computes at run time.  The
     adapter knows no contacts: where the table or a pushed cube holds the real arm back, the replay runs on, and a
-    ``measured`` model driven there has never seen such a pose (docs/FIDELITY.md, "Conditioning")."""
+    ``measured`` model driven there has never seen such a pose (docs/fidelity_history.md, "Conditioning")."""
     recipe: dict[str, Any] = field(default_factory=dict)
     """Free-form record of the training that made the weights (objective, steps, data...)."""
     format_version: int = FORMAT_VERSION

@@ -2,7 +2,7 @@
 
 The target cube covers about 3x3 of a view's 64x64 pixels, a fraction of one 4x4-pixel latent cell, so in the
 plain mean-squared loss its whole journey (grasp, carry, release) weighs less than a percent of a frame and the
-DiT learns to leave it where it stood (docs/FIDELITY.md, "The cube on the model's own training episodes").
+DiT learns to leave it where it stood (docs/fidelity_history.md, "The cube on the model's own training episodes").
 ``neuralsim train --focus-weight W`` makes the latent cells near the cube weigh ``1 + W``.
 
 A SimDROID record keeps the target's pose at the start and at the end, and every frame the flange pose; the

@@ -189,7 +189,7 @@ class TrainConfig:
     dit_block_init: str | None = None
     """With ``add_dit_blocks``: what the new blocks hold behind their closed gates, ``"copy"`` (the DiT's last
     blocks' trained weights; ``WorldModel.with_dit_blocks``) or ``"fresh"`` (new AdaLN-Zero blocks).  None: copy
-    when blocks are added (fresh ones barely open; docs/FIDELITY.md, sessions 58-59), else fresh (nothing added)."""
+    when blocks are added (fresh ones barely open; docs/fidelity_history.md, sessions 58-59), else fresh (nothing added)."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -296,22 +296,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--focus-weight", dest="focus_weight", type=float, default=d.focus_weight,
                         help="--stage dit on SimDROID data: latent cells near the target cube (its start and end places "
                              "and the gripper) weigh 1 + this in the loss (default 0: all alike); it lowers the one-step "
-                             "error there, not the open-loop cube's drift (docs/FIDELITY.md, session 55)")
+                             "error there, not the open-loop cube's drift (docs/fidelity_history.md, session 55)")
     parser.add_argument("--self-rollout", dest="self_rollout", type=int, default=d.self_rollout,
                         help="--stage dit with a Step Forcing objective: each batch replaces frames 1..K of its clips, "
                              "K drawn from 0..this, by the model's own rollout (no grad) and trains the frames after "
                              "them (default 0: off; at most clip length - 2). It lowers the error after the model's "
-                             "own frames and blurs the open-loop frames; the cube stays (docs/FIDELITY.md, session 56)")
+                             "own frames and blurs the open-loop frames; the cube stays (docs/fidelity_history.md, session 56)")
     parser.add_argument("--add-dit-blocks", dest="add_dit_blocks", type=int, default=d.add_dit_blocks,
                         help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as the "
                              "identity (their gates closed; what they hold: --dit-block-init), so training goes on from "
                              "its predictions with more capacity (default 0). 4 copied ones on v21: +0.04 dB held-out "
-                             "over the same steps at 4 blocks (docs/FIDELITY.md, sessions 57-59)")
+                             "over the same steps at 4 blocks (docs/fidelity_history.md, sessions 57-59)")
     parser.add_argument("--dit-block-init", dest="dit_block_init", choices=DIT_BLOCK_INITS, default=d.dit_block_init,
                         help="with --add-dit-blocks: new blocks start as copies of the DiT's last blocks with their "
                              "gates closed (default) or fresh (AdaLN-Zero); either way the model first predicts what "
                              "it did. Fresh blocks on v21 barely opened in 5,800 steps; copies opened and ended 2.5%% "
-                             "below a 4-block control's held-out loss (docs/FIDELITY.md, sessions 58-59)")
+                             "below a 4-block control's held-out loss (docs/fidelity_history.md, sessions 58-59)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 

@@ -16,7 +16,7 @@
 #   6. the cooled DiT + the pruned decoder, written in float16 to $RUNS/final (window: twice the clip).
 # NOSKILL=1 adds no-skill episodes to the DiT stages' data (neuralsim data generate --actor idle|random, EPISODES/12
 # idle and EPISODES/6 random, seeds 5,000,000+ / 5,100,000+; --data DATA,DATA_idle,DATA_random): the world model
-# then sees actions no expert takes (docs/FIDELITY.md, "No-skill episodes in the world model").
+# then sees actions no expert takes (docs/fidelity_history.md, "No-skill episodes in the world model").
 # Every stage checkpoints (the trainer's own resumable checkpoints), so a re-run continues.
 # WRIST_RAYS=1 gives the DiT per-token wrist camera rays (--wrist-rays, DiTConfig.wrist_rays; a model from INIT
 # without them gains a zero-initialised ray embedding).
@@ -26,7 +26,7 @@
 # the shipped coarse model with more capacity: INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0
 # (DEC_STEPS=0 keeps its decoder and reference head; the stage below would prune the decoder).
 # BLOCK_INIT (default copy) says what those blocks hold behind their closed gates (--dit-block-init): copies of
-# the DiT's last ones, or fresh ones, which on v21 barely opened in 5,800 CPU steps (docs/FIDELITY.md, sessions 58-59).
+# the DiT's last ones, or fresh ones, which on v21 barely opened in 5,800 CPU steps (docs/fidelity_history.md, sessions 58-59).
 # DATA_ONLY=1 stops after the data (expert and no-skill); SKIP_DATA=1 trusts that it is there and generates none
 # (scripts/gpu/lease.sh runs both when two arms share one call). END_AT (epoch seconds) fixes the budget's end
 # instead of PIPE_MIN minutes from this script's start.
