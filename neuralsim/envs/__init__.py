@@ -1,6 +1,13 @@
 """Gymnasium environments: ``SimDROID-v0`` (MuJoCo) and ``NeuralDROID-v0`` (world model).
 
 Both are registered with lazy entry points, so ``import neuralsim`` stays cheap (no MuJoCo, no torch).
+
+Both are registered with ``disable_env_checker=True``: ``gym.make`` does not wrap them in gymnasium's
+``PassiveEnvChecker``. In gymnasium 1.4.0 that wrapper breaks an env whose *first* ``reset`` raised (a mistyped
+episode or task name): it marks reset as checked before the call, and the next valid reset is then followed by
+``TypeError: cannot unpack non-iterable NoneType object`` on the first ``step``. The test suite runs gymnasium's
+full ``check_env`` on both environments instead; ``gym.make(..., disable_env_checker=False)`` still adds the
+passive checker for whoever wants it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ def register_envs() -> None:
             id="SimDROID-v0",
             entry_point="neuralsim.envs.sim_droid:SimDROIDEnv",
             max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
+            disable_env_checker=True,
         )
     if "NeuralDROID-v0" not in gym.registry:
         gym.register(
@@ -25,4 +33,5 @@ def register_envs() -> None:
             entry_point="neuralsim.envs.neural_droid:NeuralDROIDEnv",
             vector_entry_point="neuralsim.envs.neural_droid:NeuralDROIDVectorEnv",
             max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
+            disable_env_checker=True,
         )

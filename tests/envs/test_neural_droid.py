@@ -67,6 +67,18 @@ def test_check_env_passes_without_unexpected_warnings(tiny_checkpoint):
     assert [str(w.message) for w in caught] == []
 
 
+def test_a_failed_first_reset_leaves_the_made_env_usable(tiny_checkpoint):
+    """A mistyped episode on the very first reset raises by name, and the env then resets and steps as usual
+    (gymnasium 1.4.0's passive checker broke the first step after such a reset; neuralsim/envs/__init__.py)."""
+    env = gym.make("NeuralDROID-v0", checkpoint=tiny_checkpoint, reward_fn=None)
+    with pytest.raises(UnknownEpisodeError, match="no_such_episode"):
+        env.reset(seed=0, options={"episode": "no_such_episode"})
+    obs, _ = env.reset(seed=0)
+    obs2, reward, terminated, truncated, info = env.step(actions(1)[0])
+    assert obs2["joint_position"].shape == obs["joint_position"].shape and not (terminated or truncated)
+    env.close()
+
+
 def test_a_reference_head_decodes_each_row_against_its_own_reset_views(tiny_checkpoint, tmp_path):
     """With the head's gate wide open (and no correction) every generated view is its row's reset view: the
     env hands each row's own first frame to the decoder, also after one row alone is reset."""

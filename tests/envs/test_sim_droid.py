@@ -29,6 +29,18 @@ def test_check_env_passes_without_warnings():
     e.close()
 
 
+def test_a_failed_first_reset_leaves_the_made_env_usable():
+    """An unknown task on the very first reset raises, and the env then resets and steps as usual (gymnasium
+    1.4.0's passive checker broke the first step after such a reset; neuralsim/envs/__init__.py)."""
+    e = gym.make("SimDROID-v0")
+    with pytest.raises(ValueError, match="banana"):
+        e.reset(seed=0, options={"task": "banana"})
+    e.reset(seed=0)
+    obs, reward, terminated, truncated, info = e.step(np.zeros(8, np.float32))
+    assert obs["joint_position"].shape == (7,) and not (terminated or truncated)
+    e.close()
+
+
 def test_spaces_follow_droid_conventions(env):
     assert env.action_space.shape == (8,)
     np.testing.assert_array_equal(env.action_space.low, [-1] * 7 + [0])
