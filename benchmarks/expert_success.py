@@ -5,7 +5,7 @@ Usage:
     python -m benchmarks.expert_success --quick                  # 5 per family, clean only
 
 Seeds are ``seed0 + i``; the verdict is the simulator's ground truth at the end of the episode.
-Writes ``benchmarks/results/expert_success.json`` and prints a table.
+Writes ``benchmarks/results/expert_success.json`` (``--quick``: ``expert_success_quick.json``) and prints a table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-RESULTS = Path(__file__).parent / "results" / "expert_success.json"
+from .results_path import out_help, results_path
 
 
 def measure(episodes: int, failures: list[str | None], seed0: int = 0, noise: float = 0.0) -> dict:
@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.0)
     p.add_argument("--failures", action="store_true", help="also run every failure mode")
     p.add_argument("--quick", action="store_true", help="5 episodes per family, clean only")
-    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--out", default=None, help=out_help("expert_success"))
     a = p.parse_args(argv)
+    a.out = str(results_path("expert_success", a.quick, a.out))
     episodes = 5 if a.quick else a.episodes
     failures = [None] + (list(FAILURE_MODES) if a.failures and not a.quick else [])
     res = measure(episodes, failures, a.seed, a.noise)

@@ -44,7 +44,7 @@ Protocol (``docs/FIDELITY.md`` has the reasoning and the results table):
 
 ``--quick`` evaluates :data:`QUICK_EPISODES` held-out episodes (and :data:`QUICK_OOD_EPISODES` of
 ``--ood-data``) and never trains the probe (without a saved probe the position columns are empty).
-JSON goes to ``benchmarks/results/fidelity.json`` (``--out``).
+JSON goes to ``benchmarks/results/fidelity.json`` (``--quick``: ``fidelity_quick.json``; ``--out``).
 """
 
 from __future__ import annotations
@@ -64,12 +64,12 @@ import numpy as np
 
 from neuralsim.episode import VIEW_NAMES
 
+from .results_path import out_help, results_path
 from .stats import wilson_interval
 
 log = logging.getLogger(__name__)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DEFAULT_OUT = RESULTS_DIR / "fidelity.json"
 #: Where the object probe is saved (``probe.safetensors`` + ``probe.json``, ~70 KB).
 DEFAULT_PROBE_DIR = RESULTS_DIR / "fidelity_probe"
 #: PSNR of identical frames (MSE 0) and the most any frame can score [dB].
@@ -508,7 +508,8 @@ class Config:
     probe: str | None = str(DEFAULT_PROBE_DIR)
     """Probe directory (built there on first use unless --quick); None skips the position metric."""
     threads: int | None = None
-    out: str = str(DEFAULT_OUT)
+    out: str | None = None
+    """JSON report; None: ``benchmarks/results/fidelity.json``, or ``fidelity_quick.json`` with ``quick``."""
     progress: bool = True
     conditioning: str = "replay"
     """``replay``: the env replays each episode's recorded actions through its action adapter (what a policy's
@@ -743,6 +744,11 @@ def check_targets(split: dict[str, Any]) -> dict[str, bool | None]:
             "share_below_5cm": ok(share, TARGETS["share_below_5cm"])}
 
 
+def out_path(cfg: Config) -> Path:
+    """Where :func:`run` writes its report (:func:`benchmarks.results_path.results_path`)."""
+    return results_path("fidelity", cfg.quick, cfg.out)
+
+
 def run(cfg: Config) -> dict[str, Any]:
     """Evaluate every checkpoint on the held-out (and OOD) split; write and return the JSON report."""
     import torch
@@ -814,7 +820,7 @@ def run(cfg: Config) -> dict[str, Any]:
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "torch": torch.__version__, "threads": torch.get_num_threads()},
     }
-    out = Path(cfg.out)
+    out = out_path(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, allow_nan=False, default=_json_default) + "\n")
     return report
@@ -989,7 +995,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--autoencoder-only", dest="autoencoder_only", action="store_true",
                    help="only the autoencoder's ceiling and the probe's round-trip floor (no DiT rollouts, no targets)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--out", default=d.out, help="JSON report (default %(default)s)")
+    p.add_argument("--out", default=None, help=out_help("fidelity"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
 
@@ -1009,9 +1015,10 @@ def main(argv: list[str] | None = None) -> int:
     if not checkpoints:
         parser.error("give --checkpoint DIR, --compare DIR DIR ... or --paired A.json B.json")
     fields = {k: getattr(args, k) for k in Config.__dataclass_fields__ if k != "checkpoints"}
-    report = run(Config(checkpoints=checkpoints, **fields))
+    cfg = Config(checkpoints=checkpoints, **fields)
+    report = run(cfg)
     print(format_table(report))
-    print(f"\n{report['seconds']:.1f} s; JSON: {args.out}")
+    print(f"\n{report['seconds']:.1f} s; JSON: {out_path(cfg)}")
     return 0
 
 

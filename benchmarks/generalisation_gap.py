@@ -12,7 +12,8 @@ each dataset, under the same noise draws, in all and per camera view (which view
 Both datasets are read through the model's own latent store
 (:class:`~neuralsim.world_model.latents.LatentStore`; the held-out split is encoded on first use).  The
 gap is ``heldout / train - 1``; each mean comes with its standard error over the batches, so a gap
-inside ~2 standard errors is noise.  JSON goes to ``benchmarks/results/generalisation_gap.json``.
+inside ~2 standard errors is noise.  JSON goes to ``benchmarks/results/generalisation_gap.json`` (``--quick``:
+``generalisation_gap_quick.json``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import math
 import statistics
 import time
 from pathlib import Path
+
+from .results_path import out_help, results_path
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train", required=True, help="a dataset the model was trained on")
     p.add_argument("--heldout", required=True, help="a dataset of the same distribution it never saw")
     add_sampling_args(p)
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "generalisation_gap.json"))
+    p.add_argument("--out", default=None, help=out_help("generalisation_gap"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--other-poses", action="store_true",
                    help=f"also {OTHER_POSES}: Step Forcing under another clip's poses, i.e. does the model follow "
@@ -142,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="32 clips x 1 noise draw per dataset (~30 s once the "
                    "latent stores exist): a smoke run, its gap mostly noise")
     args = p.parse_args(argv)
+    args.out = str(results_path("generalisation_gap", args.quick, args.out))
     if args.quick:
         args.clips, args.noise_draws = 32, 1
     start(p, args)

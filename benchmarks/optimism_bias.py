@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from .results_path import results_path
 from .stats import mcnemar_exact, wilson_interval
 
 RESULTS = Path(__file__).parent / "results" / "optimism_bias.json"
@@ -537,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                  videos=a.videos)
     if a.quick:
         cfg.episodes, cfg.families, cfg.tasks = 1, a.families or ["premature_release"], a.tasks or ["put_in_bowl"]
-    cfg.out = a.out or str(RESULTS.with_name("optimism_bias_quick.json") if a.quick else RESULTS)
+    cfg.out = str(results_path("optimism_bias", a.quick, a.out))
     try:
         res = measure(cfg, progress=a.progress)
     except ValueError as e:

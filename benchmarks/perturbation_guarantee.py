@@ -16,7 +16,9 @@ recorded actions open loop through the wrapper (what the optimism-bias benchmark
 model).  The verdict is the simulator's ``success`` at the end of the episode.
 
 Criterion: per family, the perturbed failure rate is >= 90%, also counted only over the episodes the
-clean expert solves, while the clean expert succeeds in >= 90% of the same seeds.  Writes ``benchmarks/results/perturbation_guarantee.json`` and prints a table.
+clean expert solves, while the clean expert succeeds in >= 90% of the same seeds.  Writes
+``benchmarks/results/perturbation_guarantee.json`` (``--quick``: ``perturbation_guarantee_quick.json``) and prints
+a table.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any
 
 import numpy as np
 from tqdm import tqdm
+
+from .results_path import out_help, results_path
 
 RESULTS = Path(__file__).parent / "results" / "perturbation_guarantee.json"
 TARGET = 0.9
@@ -186,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--other-episodes", type=int, default=4,
                    help="episodes per task family a family does not apply to (reported only)")
     p.add_argument("--quick", action="store_true", help="4 episodes per family, closed loop only")
-    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--out", default=None, help=out_help("perturbation_guarantee"))
     a = p.parse_args(argv)
+    a.out = str(results_path("perturbation_guarantee", a.quick, a.out))
     cfg = Config(episodes=4 if a.quick else a.episodes, other_episodes=0 if a.quick else a.other_episodes,
                  severity=a.severity, seed0=a.seed, families=a.families, replay=a.replay and not a.quick, out=a.out)
     res = measure(cfg)

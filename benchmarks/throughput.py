@@ -19,7 +19,7 @@ model), with smooth random actions, after the window has filled.  Every row is t
 ``--repeats`` timed blocks of ``--steps`` (each block's time is in the JSON too, with the share of CPU
 time the hypervisor stole during it, ``steal_pct_blocks``, read from ``/proc/stat``): this shared VM's
 speed drifts by tens of percent within minutes, and the steal share says when that was the machine.
-JSON goes to ``benchmarks/results/throughput.json``.
+JSON goes to ``benchmarks/results/throughput.json`` (``--quick``: ``throughput_quick.json``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import os
 import platform
 import time
 from pathlib import Path
+
+from .results_path import out_help, results_path
 
 
 def _recompute_step(wm, history, hist_cond, cond, generator, window, reference=None):
@@ -190,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3,
                    help="timed blocks of --steps per row; the row reports their median (default 3)")
     p.add_argument("--quick", action="store_true", help="fewer steps (< 60 s)")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "throughput.json"))
+    p.add_argument("--out", default=None, help=out_help("throughput"))
     args = p.parse_args(argv)
+    args.out = str(results_path("throughput", args.quick, args.out))
 
     import torch
 

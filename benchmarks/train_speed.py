@@ -16,7 +16,8 @@ Speed does not depend on the weights, so the DiT is freshly initialised.  ``--wa
 ``--repeats`` blocks of ``--steps`` steps, each block ending with a device synchronisation.  With
 ``--profile`` one more block runs under ``torch.profiler`` and the ops with the most self time are
 printed: on a GPU, a device total far under the wall time means the host (Python, kernel launches)
-sets the pace.  JSON goes to ``benchmarks/results/train_speed.json``.
+sets the pace.  JSON goes to ``benchmarks/results/train_speed.json`` (``--quick``:
+``train_speed_quick.json``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import platform
 import time
 from pathlib import Path
 
+from .results_path import out_help, results_path
 from .throughput import _median_time
 
 log = logging.getLogger(__name__)
@@ -158,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="profile one more block and print the top ops")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny DiT, batch 2, 3 + 2 x 3 steps")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "train_speed.json"))
+    p.add_argument("--out", default=None, help=out_help("train_speed"))
     args = p.parse_args(argv)
+    args.out = str(results_path("train_speed", args.quick, args.out))
     if args.quick:
         args.config, args.batch_size, args.warmup, args.steps, args.repeats = "tiny", 2, 3, 3, 2
     for name in ("batch_size", "steps", "repeats"):

@@ -309,6 +309,17 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert f"{family} " in table and "episode means" in table
 
 
+def test_a_quick_run_without_out_leaves_the_full_report_alone(tiny_checkpoint, splits, tmp_path, monkeypatch):
+    import benchmarks.results_path as R
+    monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
+    full = tmp_path / "fidelity.json"
+    full.write_text('{"stands for": "the committed full report"}')
+    assert F.main(["--checkpoint", str(tiny_checkpoint), "--data", str(splits["heldout"]), "--quick", "--no-probe",
+                   "--max-episodes", "1", "--no-progress"]) == 0
+    assert json.loads(full.read_text()) == {"stands for": "the committed full report"}
+    assert json.loads((tmp_path / "fidelity_quick.json").read_text())["protocol"]["quick"] is True
+
+
 def test_autoencoder_only_reports_the_ceiling_and_floors_without_rollouts(tiny_checkpoint, splits, probe_dir, tmp_path,
                                                                            monkeypatch, capsys):
     common = dict(checkpoints=[str(tiny_checkpoint)], data=str(splits["heldout"]), quick=True, probe=str(probe_dir),
