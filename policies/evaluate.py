@@ -40,6 +40,20 @@ from .replay import ReplayPolicy
 log = logging.getLogger(__name__)
 
 EXPERT_PLAN = "expert-plan"
+#: The policy names this job takes (besides names registered with :func:`policies.register_policy`).
+CLI_POLICIES = (EXPERT_PLAN, "zero", "random", "openpi:HOST:PORT", "roboarena:HOST:PORT")
+
+
+def check_policy_name(name: str) -> None:
+    """Refuse, by name, a :func:`policies.make_policy` form this job cannot build: the scripted experts read
+    SimDROID's privileged state, which a world model does not have, and ``replay`` needs recorded actions."""
+    if name == "expert" or name == "scripted" or name.startswith("noisy-"):
+        raise ValueError(f"policy {name!r} reads SimDROID's privileged state, which the world model does not have; "
+                         f"use {EXPERT_PLAN!r} (the expert planned in SimDROID, its actions replayed in the world "
+                         f"model). This job takes: {', '.join(CLI_POLICIES)}")
+    if name == "replay":
+        raise ValueError("policy 'replay' needs recorded actions, which this job cannot be given; build it with "
+                         f"make_policy('replay', actions=...) in Python. This job takes: {', '.join(CLI_POLICIES)}")
 
 
 @dataclass
@@ -152,12 +166,14 @@ def evaluate(cfg: EvalConfig) -> list[EpisodeScore]:
     from neuralsim.envs.neural_droid import NeuralDROIDEnv
     from neuralsim.episode import write_video
 
-    from . import make_policy
+    from . import UnknownPolicyError, make_policy
 
     if cfg.episodes < 1 and not cfg.names:
         raise ValueError(f"episodes must be >= 1, got {cfg.episodes}")
     if cfg.steps < 1:
         raise ValueError(f"steps must be >= 1, got {cfg.steps}")
+    if cfg.policy != EXPERT_PLAN:
+        check_policy_name(cfg.policy)
     if cfg.threads is not None:
         if cfg.threads < 1:
             raise ValueError(f"threads must be >= 1 or None, got {cfg.threads}")
@@ -168,13 +184,18 @@ def evaluate(cfg: EvalConfig) -> list[EpisodeScore]:
     out.mkdir(parents=True, exist_ok=True)
     reward_fn = None if cfg.reward_fn == "none" else cfg.reward_fn
     env = NeuralDROIDEnv(checkpoint=cfg.checkpoint, reward_fn=reward_fn, max_episode_steps=cfg.steps)
+    if not cfg.names and cfg.episodes > len(env.episodes):
+        raise ValueError(f"episodes must be <= {len(env.episodes)}, the size of the episode set; got {cfg.episodes}")
     names = list(cfg.names) or env.episodes.names[: cfg.episodes]
     specs = [env.episodes.resolve(n) for n in names]
     need_sim = cfg.truth or cfg.policy == EXPERT_PLAN
     if cfg.policy == EXPERT_PLAN and any(s.metadata.get("source") != "SimDROID-v0" for s in specs):
         raise ValueError("policy 'expert-plan' needs SimDROID episode specs (metadata source 'SimDROID-v0')")
     sim = _sim_env() if need_sim else None
-    policy = None if cfg.policy == EXPERT_PLAN else make_policy(cfg.policy)
+    try:
+        policy = None if cfg.policy == EXPERT_PLAN else make_policy(cfg.policy)
+    except UnknownPolicyError as e:
+        raise UnknownPolicyError(f"{e}. This job takes: {', '.join(CLI_POLICIES)}") from None
     scores: list[EpisodeScore] = []
     bar = _progress(len(specs), cfg.progress)
     try:
@@ -270,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default=d.policy, help=f"'{EXPERT_PLAN}' (default), zero, random, "
                                                        "openpi:HOST:PORT, roboarena:HOST:PORT")
-    p.add_argument("--episodes", type=int, default=d.episodes, help="first N episodes of the episode set")
+    p.add_argument("--episodes", type=int, default=d.episodes,
+                   help="first N episodes of the episode set (default %(default)s; the shipped set has 24)")
     p.add_argument("--names", nargs="+", default=(), help="episode names instead of --episodes")
     p.add_argument("--steps", type=int, default=d.steps, help="step budget per episode")
     p.add_argument("--checkpoint", default=None, help="world-model directory or hub id (default: shipped)")
@@ -291,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = EvalConfig(**vars(args))
     try:
         scores = evaluate(cfg)
-    except (ValueError, FileNotFoundError, ConnectionError) as e:
+    except (ValueError, KeyError, FileNotFoundError, ConnectionError) as e:  # KeyError: an unknown episode name
         print(f"policies.evaluate: error: {e}")
         return 1
     print(format_table(scores, summarise(scores)))

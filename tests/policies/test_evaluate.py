@@ -60,6 +60,31 @@ def test_bad_arguments(tiny_checkpoint, tmp_path):
                                 out=str(tmp_path), progress=False))
 
 
+@pytest.mark.parametrize("name, match", [("expert", "privileged"), ("noisy-0.3", "privileged"),
+                                         ("scripted", "privileged"), ("replay", "recorded actions"),
+                                         ("bogus", "unknown policy 'bogus'.*This job takes: expert-plan")])
+def test_policies_this_job_cannot_build_are_refused_by_name(tiny_checkpoint, tmp_path, name, match):
+    from policies import UnknownPolicyError
+
+    with pytest.raises(UnknownPolicyError if name == "bogus" else ValueError, match=match):
+        E.evaluate(E.EvalConfig(policy=name, episodes=1, steps=2, checkpoint=tiny_checkpoint, reward_fn="none",
+                                out=str(tmp_path), progress=False))
+
+
+def test_more_episodes_than_the_set_holds_is_an_error_not_a_silent_cap(tiny_checkpoint, tmp_path):
+    with pytest.raises(ValueError, match=r"episodes must be <= 24.*got 100"):
+        E.evaluate(E.EvalConfig(policy="zero", episodes=100, steps=2, checkpoint=tiny_checkpoint, reward_fn="none",
+                                out=str(tmp_path), progress=False))
+
+
+def test_the_command_line_reports_bad_input_without_a_traceback(tiny_checkpoint, tmp_path, capsys):
+    common = ["--checkpoint", str(tiny_checkpoint), "--reward-fn", "none", "--out", str(tmp_path), "--no-progress"]
+    assert E.main(["--names", "no_such_episode", *common]) == 1
+    assert "policies.evaluate: error: unknown episode 'no_such_episode'" in capsys.readouterr().out
+    assert E.main(["--policy", "expert", *common]) == 1
+    assert "use 'expert-plan'" in capsys.readouterr().out
+
+
 def test_summary_agreement():
     s = [E.EpisodeScore("a", "x", 10, 5.0, 5, "v"), E.EpisodeScore("b", "x", 10, 4.0, 0, "v"),
          E.EpisodeScore("c", "x", 10, float("nan"), 2, "v")]
