@@ -761,6 +761,14 @@ def run(cfg: Config) -> dict[str, Any]:
         raise ValueError(f"conditioning must be one of {CONDITIONINGS}, got {cfg.conditioning!r}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    # every input is checked before any work (the probe alone can take 25 minutes to build): a missing
+    # split or an unreadable checkpoint fails now, by name, not after the first model's rollouts
+    from neuralsim.data.reader import list_episodes
+
+    for root in (cfg.data, cfg.ood_data):
+        if root is not None and not list_episodes(root):
+            raise FileNotFoundError(f"{str(root)!r} holds no finished episodes; generate it first (docs/FIDELITY.md)")
+    models = [load_world_model(ckpt) for ckpt in cfg.checkpoints]
     t_start = time.perf_counter()
     n_held = cfg.max_episodes if cfg.max_episodes is not None else (QUICK_EPISODES if cfg.quick else None)
     n_ood = cfg.max_episodes if cfg.max_episodes is not None else (QUICK_OOD_EPISODES if cfg.quick else None)
@@ -778,8 +786,7 @@ def run(cfg: Config) -> dict[str, Any]:
             probe, _ = object_probe.build(cfg.probe, progress=cfg.progress)
     splits_data: dict[str, dict[int, list[EvalEpisode]]] = {}
     results = []
-    for ckpt in cfg.checkpoints:
-        wm = load_world_model(ckpt)
+    for ckpt, wm in zip(cfg.checkpoints, models):
         size = wm.config.autoencoder.image_size
         entry: dict[str, Any] = {"checkpoint": str(ckpt), "label": checkpoint_label(ckpt),
                                  "recipe": wm.config.recipe, "image_size": size,
@@ -1016,7 +1023,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --checkpoint DIR, --compare DIR DIR ... or --paired A.json B.json")
     fields = {k: getattr(args, k) for k in Config.__dataclass_fields__ if k != "checkpoints"}
     cfg = Config(checkpoints=checkpoints, **fields)
-    report = run(cfg)
+    from neuralsim.world_model.model import CheckpointError
+
+    try:
+        report = run(cfg)
+    except (CheckpointError, FileNotFoundError) as e:  # raised before any work (run checks its inputs first)
+        parser.error(str(e))
     print(format_table(report))
     print(f"\n{report['seconds']:.1f} s; JSON: {out_path(cfg)}")
     return 0

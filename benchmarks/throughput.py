@@ -175,7 +175,7 @@ def _steal_note(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.throughput", description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="WorldModel checkpoint dir (default: untrained default config)")
     p.add_argument("--shipped", action="store_true", help="time the shipped default checkpoint")
     p.add_argument("--env", action="store_true", help="also time env.step of NeuralDROID-v0 (N = 1 and batch sizes)")

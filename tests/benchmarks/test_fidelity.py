@@ -19,7 +19,7 @@ from benchmarks.stats import wilson_interval  # noqa: E402
 from neuralsim.data.generate import generate  # noqa: E402
 from neuralsim.data.reader import list_episodes  # noqa: E402
 from neuralsim.episode import VIEW_NAMES  # noqa: E402
-from neuralsim.world_model.model import WorldModel  # noqa: E402
+from neuralsim.world_model.model import CheckpointError, WorldModel  # noqa: E402
 
 STEPS = 14  # frames per episode - 1: covers tiny's in-horizon (1..6) and beyond (7..12) windows
 
@@ -318,6 +318,23 @@ def test_a_quick_run_without_out_leaves_the_full_report_alone(tiny_checkpoint, s
                    "--max-episodes", "1", "--no-progress"]) == 0
     assert json.loads(full.read_text()) == {"stands for": "the committed full report"}
     assert json.loads((tmp_path / "fidelity_quick.json").read_text())["protocol"]["quick"] is True
+
+
+def test_bad_inputs_fail_by_name_before_any_work(tiny_checkpoint, splits, tmp_path, capsys):
+    # a missing split fails before the probe (25 minutes) is built and before any rollout
+    with pytest.raises(FileNotFoundError, match="missing_split"):
+        F.run(F.Config(checkpoints=[str(tiny_checkpoint)], data=str(tmp_path / "missing_split"),
+                       probe=str(tmp_path / "probe"), out=str(tmp_path / "r.json"), progress=False))
+    assert not (tmp_path / "probe").exists() and not (tmp_path / "r.json").exists()
+    # so does the second model of a comparison, before the first one's rollouts
+    with pytest.raises(CheckpointError, match="no_such_model"):
+        F.run(F.Config(checkpoints=[str(tiny_checkpoint), str(tmp_path / "no_such_model")], data=str(splits["heldout"]),
+                       probe=None, quick=True, out=str(tmp_path / "r.json"), progress=False))
+    assert not (tmp_path / "r.json").exists()
+    # on the command line: one line, no traceback
+    with pytest.raises(SystemExit) as e:
+        F.main(["--checkpoint", str(tmp_path / "no_such_model"), "--data", str(splits["heldout"]), "--quick"])
+    assert e.value.code == 2 and "no_such_model" in capsys.readouterr().err
 
 
 def test_autoencoder_only_reports_the_ceiling_and_floors_without_rollouts(tiny_checkpoint, splits, probe_dir, tmp_path,
