@@ -319,10 +319,10 @@ def open_loop_recorded(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, ba
     from gymnasium.utils import seeding
     from tqdm import tqdm
 
-    from neuralsim.envs.neural_droid import denoising_schedule, draw_episode_and_noise_seed
+    from neuralsim.envs.neural_droid import draw_episode_and_noise_seed, inference_schedule
 
     window = wm.config.window if context_window is None else int(context_window)
-    schedule = denoising_schedule(wm.config.schedule, denoising_steps)
+    schedule = inference_schedule(wm.config, denoising_steps)
     d = wm.config.dit
     out: list[np.ndarray] = []
     bar = tqdm(total=sum(len(e) - 1 for e in episodes), disable=not progress, desc="generating", unit="frame")

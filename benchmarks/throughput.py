@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=60, help="timed time steps per batch size")
     p.add_argument("--window", type=int, default=None)
     p.add_argument("--denoising-steps", dest="denoising_steps", type=int, default=None,
-                   help="denoising passes per frame, 1..S on the trained levels (default: the model's S)")
+                   help="denoising passes per frame, 1..S on the trained levels (default: the model's config.denoising_steps, "
+                        "else all S)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="torch thread counts to time, each in turn (default 1 2; 0 = torch's default). Time on an "
                         "idle machine: with 2 threads, small-batch inference collapses when another process holds a "
@@ -217,16 +218,15 @@ def main(argv: list[str] | None = None) -> int:
             for prm in wm.dit.parameters():
                 prm.normal_(0, 0.02)
     window = args.window or wm.config.window
-    if args.denoising_steps is not None:
-        import dataclasses
+    import dataclasses
 
-        from neuralsim.envs.neural_droid import denoising_schedule
+    from neuralsim.envs.neural_droid import inference_schedule
 
-        try:
-            schedule = denoising_schedule(wm.config.schedule, args.denoising_steps)
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
-        wm.config = dataclasses.replace(wm.config, schedule=schedule)
+    try:  # the passes the env will run: --denoising-steps, else the model's default
+        schedule = inference_schedule(wm.config, args.denoising_steps)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    wm.config = dataclasses.replace(wm.config, schedule=schedule, denoising_steps=None)
     steps = 10 if args.quick else args.steps
     repeats = 1 if args.quick else args.repeats
     if steps < 1 or repeats < 1:

@@ -142,6 +142,12 @@ def denoising_schedule(trained: Sequence[float], steps: int | None) -> tuple[flo
     return tuple(trained[(i + 1) * s // steps - 1] for i in range(int(steps)))
 
 
+def inference_schedule(config, steps: int | None = None) -> tuple[float, ...]:
+    """The noise levels a model denoises through at inference: ``steps`` passes when given, else the passes its
+    config names (``WorldModelConfig.denoising_steps``; None there: all S trained levels)."""
+    return denoising_schedule(config.schedule, config.denoising_steps if steps is None else steps)
+
+
 def resize_views(views, size: int):
     """uint8 torch views (..., H, W, 3) -> (..., size, size, 3), bilinear with antialiasing."""
     import torch
@@ -191,7 +197,7 @@ class _Core:
             raise ValueError(f"context_window must be an integer >= 2 (frames the new frame sees, itself included) "
                              f"or None (the model's {self.wm.config.window}), got {context_window!r}")
         self.window = int(window)
-        self.schedule = denoising_schedule(self.wm.config.schedule, denoising_steps)
+        self.schedule = inference_schedule(self.wm.config, denoising_steps)
         self.num_rows, self.action_mode, self.strict = num_rows, action_mode, bool(strict)
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         self.reward_fn = _resolve_reward_fn(reward_fn)

@@ -217,6 +217,10 @@ class WorldModelConfig:
     """Default inference window W: frames a query sees, itself included."""
     num_sink: int = 0
     """Default number of sink frames (the first frames of an episode, always kept)."""
+    denoising_steps: int | None = None
+    """Default denoising passes per generated frame at inference: 1..S of the trained levels, evenly spaced and
+    ending at 1 (:func:`neuralsim.envs.neural_droid.denoising_schedule`); None: all S.  Like ``window``, an
+    inference default that the env's ``denoising_steps`` argument overrides."""
     gripper_conditioning: str = "measured"
     """What the 7th conditioning entry was trained on: ``"measured"`` -- the recorded gripper position, which
     an object in the fingers stops (~0.35 around a SimDROID cube) -- or ``"command"`` -- the gripper command
@@ -256,6 +260,11 @@ class WorldModelConfig:
         if self.window < 1 or not 0 <= self.num_sink < self.window:
             raise ValueError(f"need window >= 1 and 0 <= num_sink < window, got window={self.window}, "
                              f"num_sink={self.num_sink}")
+        if self.denoising_steps is not None and (isinstance(self.denoising_steps, bool)
+                                                 or not isinstance(self.denoising_steps, int)
+                                                 or not 1 <= self.denoising_steps <= len(self.schedule)):
+            raise ValueError(f"denoising_steps must be None or an integer in 1..{len(self.schedule)} (the trained "
+                             f"levels {self.schedule}), got {self.denoising_steps!r}")
         if self.gripper_conditioning not in GRIPPER_CONDITIONINGS:
             raise ValueError(f"gripper_conditioning must be one of {GRIPPER_CONDITIONINGS}, got {self.gripper_conditioning!r}")
         if self.arm_conditioning not in ARM_CONDITIONINGS:

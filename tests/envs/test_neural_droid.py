@@ -296,6 +296,28 @@ def test_context_window_and_denoising_steps(tiny_checkpoint):
             make(tiny_checkpoint, **bad)
 
 
+def test_a_checkpoint_names_its_default_denoising_passes(tiny_checkpoint, tmp_path):
+    import dataclasses
+
+    from neuralsim.world_model.config import WorldModelConfig
+    from neuralsim.world_model.model import WorldModel
+
+    wm = WorldModel.from_pretrained(tiny_checkpoint)
+    assert wm.config.denoising_steps is None and make(tiny_checkpoint)._core.schedule == wm.config.schedule
+    wm.config = dataclasses.replace(wm.config, denoising_steps=1)
+    two = wm.save_pretrained(tmp_path / "one_pass")
+    assert WorldModel.from_pretrained(two).config.denoising_steps == 1  # saved and read back
+    assert make(two)._core.schedule == (1.0,)  # the env's default is the checkpoint's
+    assert make(two, denoising_steps=2)._core.schedule == (0.5, 1.0)  # the env's argument overrides it
+    (a, _), (b, _) = rollout(make(two), 3, actions(4)), rollout(make(tiny_checkpoint, denoising_steps=1), 3, actions(4))
+    for fa, fb in zip(a, b):
+        for v in VIEW_NAMES:
+            np.testing.assert_array_equal(fa[v], fb[v])
+    for bad in (0, 5, 2.0, True):
+        with pytest.raises(ValueError, match="denoising_steps must be None or an integer in 1..4"):
+            dataclasses.replace(WorldModelConfig(), denoising_steps=bad)
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 def _continue_equals_fresh(env, tiny_checkpoint, seed, done_actions, next_actions):
     """After an error, the env continues exactly like a fresh env that never saw the bad input."""
