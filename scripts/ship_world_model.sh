@@ -19,8 +19,9 @@
 # inference window"); an integer sets it.
 # DENOISING_STEPS is the default number of denoising passes written into the shipped config (1..S of the
 # trained levels; what the env runs unless told otherwise): by default the source model's own setting (None:
-# all S). Two passes score as well as four or better on v13, v19 and v26, and run 1.2-1.5x faster
-# (docs/FIDELITY.md, "Inference settings"); session 65 shipped v27 = v26 with DENOISING_STEPS=2.
+# all S). Two passes score a little better than four in the first 32 frames on v13, v19 and v26 and run
+# 1.2-1.5x faster, but on v26 the last frame of a whole episode lost 0.2 dB at two, so the shipped model keeps
+# all four (session 65; docs/FIDELITY.md, "Inference settings").
 # OB_EPISODES is the optimism-bias sample: 18 held-out episodes (seeds 1,000,000-1,000,017, six per task
 # family) by default. Nine could not rank two models (session 42: two sets of nine disagreed on the
 # direction of a v14/v15 difference). v14 and v15 were measured on these same 18 episodes, as two sets
