@@ -53,7 +53,8 @@ def measure(episodes: int, failures: list[str | None], seed0: int = 0, noise: fl
 def main(argv: list[str] | None = None) -> int:
     from neuralsim.envs.experts import FAILURE_MODES
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.expert_success", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.expert_success", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", type=float, default=0.0)

@@ -1022,9 +1022,9 @@ def main(argv: list[str] | None = None) -> int:
     if not checkpoints:
         parser.error("give --checkpoint DIR, --compare DIR DIR ... or --paired A.json B.json")
     fields = {k: getattr(args, k) for k in Config.__dataclass_fields__ if k != "checkpoints"}
-    cfg = Config(checkpoints=checkpoints, **fields)
     from neuralsim.world_model.model import CheckpointError
 
+    cfg = Config(checkpoints=checkpoints, **fields)
     try:
         report = run(cfg)
     except (CheckpointError, FileNotFoundError) as e:  # raised before any work (run checks its inputs first)

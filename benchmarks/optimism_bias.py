@@ -492,7 +492,8 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.optimism_bias", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.optimism_bias", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     d = Config()
     p.add_argument("--episodes", type=int, default=d.episodes)
     p.add_argument("--severity", type=float, default=d.severity)

@@ -181,7 +181,8 @@ def print_table(res: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.perturbation_guarantee", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.perturbation_guarantee", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=30)
     p.add_argument("--severity", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)

@@ -25,6 +25,7 @@ JSON goes to ``benchmarks/results/throughput.json`` (``--quick``: ``throughput_q
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -184,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=60, help="timed time steps per batch size")
     p.add_argument("--window", type=int, default=None)
     p.add_argument("--denoising-steps", dest="denoising_steps", type=int, default=None,
-                   help="denoising passes per frame, 1..S on the trained levels (default: the model's config.denoising_steps, "
-                        "else all S)")
+                   help="denoising passes per frame, 1..S on the trained levels (default: the model's "
+                        "config.denoising_steps, else all S)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="torch thread counts to time, each in turn (default 1 2; 0 = torch's default). Time on an "
                         "idle machine: with 2 threads, small-batch inference collapses when another process holds a "
@@ -218,8 +219,6 @@ def main(argv: list[str] | None = None) -> int:
             for prm in wm.dit.parameters():
                 prm.normal_(0, 0.02)
     window = args.window or wm.config.window
-    import dataclasses
-
     from neuralsim.envs.neural_droid import inference_schedule
 
     try:  # the passes the env will run: --denoising-steps, else the model's default
