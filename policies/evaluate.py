@@ -294,13 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=d.episodes,
                    help="first N episodes of the episode set (default %(default)s; the shipped set has 24)")
     p.add_argument("--names", nargs="+", default=(), help="episode names instead of --episodes")
-    p.add_argument("--steps", type=int, default=d.steps, help="step budget per episode")
+    p.add_argument("--steps", type=int, default=d.steps, help="step budget per episode (default %(default)s)")
     p.add_argument("--checkpoint", default=None, help="world-model directory or hub id (default: shipped)")
     p.add_argument("--reward-fn", dest="reward_fn", default=d.reward_fn,
                    help="e.g. roboworld:offline, roboworld:openai/gpt-4o, none")
-    p.add_argument("--replan-every", dest="replan_every", type=int, default=d.replan_every)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", default=d.out)
+    p.add_argument("--replan-every", dest="replan_every", type=int, default=d.replan_every,
+                   help="actions of each chunk run open loop before the policy is asked again (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, help="world-model noise seed of the first episode (default %(default)s)")
+    p.add_argument("--out", default=d.out, help="directory for the videos and results.json (default %(default)s)")
     p.add_argument("--no-truth", dest="truth", action="store_false", help="skip the SimDROID replay")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (default 1)")
     p.add_argument("--no-progress", dest="progress", action="store_false")

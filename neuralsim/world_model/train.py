@@ -203,14 +203,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     from .objectives import OBJECTIVES
 
     d = TrainConfig()
-    parser.add_argument("--stage", choices=STAGES, default=d.stage)
-    parser.add_argument("--objective", choices=sorted(OBJECTIVES), default=d.objective)
+    parser.add_argument("--stage", choices=STAGES, default=d.stage,
+                        help="autoencoder (reconstruction), decoder (the decoder alone on frozen-encoder latents) or "
+                             "dit (the DiT on frozen latents); default %(default)s")
+    parser.add_argument("--objective", choices=sorted(OBJECTIVES), default=d.objective,
+                        help="the DiT's training objective (default %(default)s; the shipped model: diffusion_forcing, "
+                             "then step_forcing)")
     parser.add_argument("--data", default=d.data,
                         help="dataset root, several roots joined by commas (their clips mixed, e.g. expert and "
                              "idle episodes), or 'synthetic[:N]'")
-    parser.add_argument("--out", default=d.out)
-    parser.add_argument("--init-from", dest="init_from", default=None)
-    parser.add_argument("--config", choices=PRESETS, default=d.config)
+    parser.add_argument("--out", default=d.out, help="run directory: model/, checkpoint/, metrics.jsonl, samples/ "
+                                                     "(default %(default)s)")
+    parser.add_argument("--init-from", dest="init_from", default=None,
+                        help="a world model directory (or hub id) to start from, e.g. the previous stage's model/")
+    parser.add_argument("--config", choices=PRESETS, default=d.config,
+                        help="architecture preset when not starting from --init-from (default %(default)s)")
     parser.add_argument("--autoencoder-from", dest="autoencoder_from", default=None,
                         help="--stage dit: keep this model's trained autoencoder and start a fresh DiT shaped as "
                              "--config's (instead of --init-from, which keeps the model's own DiT)")
@@ -224,23 +231,30 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dit-patch-size", dest="dit_patch_size", type=int, default=None,
                         help="a fresh DiT with latent patches this many cells on a side instead of --config's "
                              "(smaller: more, finer tokens)")
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size)
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--warmup", type=int, default=d.warmup)
+    parser.add_argument("--steps", type=int, default=d.steps,
+                        help="total optimiser steps of this stage; a resumed run continues up to it (default %(default)s)")
+    parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size,
+                        help="clips per step (default %(default)s)")
+    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, AdamW (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=d.warmup, help="linear warm-up steps (default %(default)s)")
     parser.add_argument("--decay-steps", dest="decay_steps", type=int, default=d.decay_steps,
                         help="anneal the learning rate linearly to 0 over the last N steps of --steps (default 0: "
                              "constant after warmup); resume a run with a larger --steps and this to cool it down")
-    parser.add_argument("--weight-decay", dest="weight_decay", type=float, default=d.weight_decay)
-    parser.add_argument("--ema-decay", dest="ema_decay", type=float, default=d.ema_decay)
+    parser.add_argument("--weight-decay", dest="weight_decay", type=float, default=d.weight_decay,
+                        help="AdamW weight decay (default %(default)s)")
+    parser.add_argument("--ema-decay", dest="ema_decay", type=float, default=d.ema_decay,
+                        help="decay of the weights' moving average that model/ holds (default %(default)s)")
     parser.add_argument("--frames-per-clip", dest="frames_per_clip", type=int, default=d.frames_per_clip,
                         help="autoencoder stage: frames sampled per clip")
-    parser.add_argument("--grad-clip", dest="grad_clip", type=float, default=d.grad_clip)
-    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--grad-clip", dest="grad_clip", type=float, default=d.grad_clip,
+                        help="gradient norm clip (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=d.seed, help="seed of the initialisation, batches and noise "
+                                                                "(default %(default)s)")
     parser.add_argument("--device", default=d.device, help="cpu, cuda, cuda:N")
     g = parser.add_mutually_exclusive_group()
-    g.add_argument("--resume", dest="resume", action="store_true", default=None)
-    g.add_argument("--no-resume", dest="resume", action="store_false")
+    g.add_argument("--resume", dest="resume", action="store_true", default=None,
+                   help="require OUT/checkpoint and continue it (default: continue it if it exists)")
+    g.add_argument("--no-resume", dest="resume", action="store_false", help="start over even if OUT/checkpoint exists")
     parser.add_argument("--decoder-layers-per-block", dest="decoder_layers_per_block", type=int, default=None,
                         help="--stage decoder with --init-from: prune (or deepen) the decoder to this many layers "
                              "per block before training it (0: one ResNet per level, a faster decoder)")
@@ -251,13 +265,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "(e.g. 2026-11-26T09:30:00+00:00); start-up time counts against it")
     parser.add_argument("--cool-down-secs", dest="cool_down_secs", type=float, default=d.cool_down_secs,
                         help="with --deadline: anneal the learning rate linearly to 0 over its last N seconds")
-    parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=d.checkpoint_every)
-    parser.add_argument("--log-every", dest="log_every", type=int, default=d.log_every)
-    parser.add_argument("--sample-every", dest="sample_every", type=int, default=d.sample_every)
-    parser.add_argument("--latent-cache-clips", dest="latent_cache_clips", type=int, default=d.latent_cache_clips)
+    parser.add_argument("--checkpoint-every", dest="checkpoint_every", type=int, default=d.checkpoint_every,
+                        help="steps between resumable checkpoints (default %(default)s)")
+    parser.add_argument("--log-every", dest="log_every", type=int, default=d.log_every,
+                        help="steps between metrics.jsonl lines (default %(default)s)")
+    parser.add_argument("--sample-every", dest="sample_every", type=int, default=d.sample_every,
+                        help="steps between sample videos (0: only at the end; -1: never; default %(default)s)")
+    parser.add_argument("--latent-cache-clips", dest="latent_cache_clips", type=int, default=d.latent_cache_clips,
+                        help="--data synthetic: clips memoised in memory (default %(default)s)")
     parser.add_argument("--no-latent-disk-cache", dest="latent_disk_cache", action="store_false",
                         help="encode clips as they are drawn instead of every episode up front")
-    parser.add_argument("--num-threads", dest="num_threads", type=int, default=None)
+    parser.add_argument("--num-threads", dest="num_threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     parser.add_argument("--wrist-rays", dest="wrist_rays", action="store_true",
                         help="--stage dit: the DiT also reads each wrist token's camera ray (a model from --init-from "
