@@ -6,11 +6,15 @@ and ``NeuralDROID-v0`` (the world model); ``gym.make("neuralsim:NeuralDROID-v0")
 
 from __future__ import annotations
 
+import logging
 import os
 
 # MuJoCo picks its OpenGL backend when first imported: default to off-screen EGL (works on a
 # CPU through Mesa) unless the user chose one.  Import neuralsim before mujoco for this to apply.
 os.environ.setdefault("MUJOCO_GL", "egl")
+# PyOpenGL (loaded by MuJoCo's EGL and OSMesa backends) says at INFO that its optional C accelerator is missing,
+# a line every script that logs at INFO printed; only that logger is quietened, and only below WARNING.
+logging.getLogger("OpenGL.acceleratesupport").setLevel(logging.WARNING)
 
 __version__ = "0.1.0"
 

@@ -229,3 +229,15 @@ def test_ood_distribution_leaves_the_training_palette_and_region():
     t.close()
     with pytest.raises(ValueError, match="distribution"):
         SimDROIDEnv(distribution="weird")
+
+
+def test_rendering_prints_no_opengl_accelerator_notice_at_info():
+    """PyOpenGL's "No OpenGL_accelerate module loaded" INFO line used to appear in every script logging at INFO."""
+    import subprocess
+    import sys
+
+    code = ("import logging; logging.basicConfig(level=logging.INFO); import neuralsim, gymnasium as gym; "
+            "e = gym.make('SimDROID-v0'); e.reset(seed=0); print('rendered')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "rendered" in run.stdout, run.stderr
+    assert "OpenGL_accelerate" not in run.stderr
