@@ -64,12 +64,11 @@ import numpy as np
 
 from neuralsim.episode import VIEW_NAMES
 
-from .results_path import out_help, results_path
+from .results_path import RESULTS_DIR, out_help, results_path
 from .stats import wilson_interval
 
 log = logging.getLogger(__name__)
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 #: Where the object probe is saved (``probe.safetensors`` + ``probe.json``, ~70 KB).
 DEFAULT_PROBE_DIR = RESULTS_DIR / "fidelity_probe"
 #: PSNR of identical frames (MSE 0) and the most any frame can score [dB].
@@ -223,14 +222,22 @@ class EvalEpisode:
         return None if poses is None else np.asarray(poses[self.record["target"]][:2], np.float64)
 
 
-def load_split(root: str | Path, image_size: int, max_episodes: int | None = None) -> list[EvalEpisode]:
-    """Decode the first ``max_episodes`` episodes of a SimDROID dataset, resized to ``image_size``."""
-    from neuralsim.data.reader import list_episodes, load_episode
-    from neuralsim.envs.episodes import EpisodeSpec, resize_image
+def finished_records(root: str | Path) -> list[dict]:
+    """The records of a dataset's finished episodes; FileNotFoundError, by name, when it has none."""
+    from neuralsim.data.reader import list_episodes
 
     records = list_episodes(root)
     if not records:
         raise FileNotFoundError(f"{str(root)!r} holds no finished episodes; generate it first (docs/FIDELITY.md)")
+    return records
+
+
+def load_split(root: str | Path, image_size: int, max_episodes: int | None = None) -> list[EvalEpisode]:
+    """Decode the first ``max_episodes`` episodes of a SimDROID dataset, resized to ``image_size``."""
+    from neuralsim.data.reader import load_episode
+    from neuralsim.envs.episodes import EpisodeSpec, resize_image
+
+    records = finished_records(root)
     missing = [k for k in ("target", "final_poses", "seed") if k not in records[0]]
     if missing:
         raise ValueError(f"{str(root)!r} records lack {missing}: not written by `neuralsim data generate`")
@@ -763,11 +770,9 @@ def run(cfg: Config) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
     # every input is checked before any work (the probe alone can take 25 minutes to build): a missing
     # split or an unreadable checkpoint fails now, by name, not after the first model's rollouts
-    from neuralsim.data.reader import list_episodes
-
     for root in (cfg.data, cfg.ood_data):
-        if root is not None and not list_episodes(root):
-            raise FileNotFoundError(f"{str(root)!r} holds no finished episodes; generate it first (docs/FIDELITY.md)")
+        if root is not None:
+            finished_records(root)
     models = [load_world_model(ckpt) for ckpt in cfg.checkpoints]
     t_start = time.perf_counter()
     n_held = cfg.max_episodes if cfg.max_episodes is not None else (QUICK_EPISODES if cfg.quick else None)

@@ -65,7 +65,7 @@ import numpy as np
 from .results_path import results_path
 from .stats import mcnemar_exact, wilson_interval
 
-RESULTS = Path(__file__).parent / "results" / "optimism_bias.json"
+RESULTS = results_path("optimism_bias")
 TARGET = 0.9
 HELDOUT_SEED0 = 1_000_000  # SimDROID seeds of the held-out split (training data uses seeds < 1e6)
 

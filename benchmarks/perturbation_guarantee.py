@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from .results_path import out_help, results_path
 
-RESULTS = Path(__file__).parent / "results" / "perturbation_guarantee.json"
+RESULTS = results_path("perturbation_guarantee")
 TARGET = 0.9
 
 

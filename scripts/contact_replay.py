@@ -78,8 +78,8 @@ def measure(root: str | Path, max_episodes: int | None = None) -> dict:
             for mode in MODES:
                 q = replay(env, rec, actions[:n], mode)[-1]
                 row[mode] = float(np.linalg.norm(K.forward_kinematics(q)[:3] - end))
-            q, _ = A.rollout(q_rec[:1].astype(np.float64), np.zeros((1, 1)), actions[None, :n])
-            row["adapter"] = float(np.linalg.norm(K.forward_kinematics(q[0, -1])[:3] - end))
+            q = A.arm_trajectory(q_rec[0], actions[:n, :7])[-1]
+            row["adapter"] = float(np.linalg.norm(K.forward_kinematics(q)[:3] - end))
             rows.append(row)
     finally:
         env.close()
@@ -117,9 +117,7 @@ def measure_world_model(checkpoint: str, root: str | Path, task: str = "push_to_
         arms = {"adapter": [], "no_cubes": [], "recorded": [e.joint_position for e in episodes]}
         for e in episodes:
             n = len(e) - 1
-            q, _ = A.rollout(e.joint_position[:1].astype(np.float64), e.gripper_position[:1].reshape(1, 1),
-                             e.actions[None, :n])
-            arms["adapter"].append(q[0].astype(np.float32))
+            arms["adapter"].append(A.arm_trajectory(e.joint_position[0], e.actions[:n, :7]).astype(np.float32))
             arms["no_cubes"].append(replay(env, e.record, e.actions[:n], "no_cubes").astype(np.float32))
     finally:
         env.close()
