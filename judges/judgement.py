@@ -16,8 +16,11 @@ class JudgeError(Exception):
     """Base class of the errors raised by the judges package."""
 
 
-class MissingAPIKeyError(JudgeError):
-    """A hosted backend was selected but its API key is not set (names the environment variable)."""
+class MissingAPIKeyError(JudgeError, ValueError):
+    """A hosted backend was selected but its API key is not set (names the environment variable).
+
+    Also a ValueError, as the configuration errors of ``neuralsim`` are (a bad checkpoint, action or episode), so a
+    command line that reports those as one line reports this one too without importing ``judges``."""
 
 
 class MissingDependencyError(JudgeError, ImportError):

@@ -387,6 +387,52 @@ class WorldModel(nn.Module):
                 block.close_gates()
         return new
 
+    @torch.no_grad()
+    def with_dit_patch_size(self, patch_size: int) -> "WorldModel":
+        """A copy of this model whose DiT cuts the latents into finer patches (``patch_size`` must divide the
+        current one): ``r * r`` times as many tokens, each ``r = old / new`` times narrower, the trained
+        transformer kept.
+
+        Only the three token-shaped weights change; every other weight is copied bit for bit:
+
+        - ``patch_embed``: each new patch is embedded as the old layer embeds it upsampled ``r`` times (nearest),
+          so a flat patch gets the embedding its flat parent had;
+        - ``pos_embed``: each new token takes its parent token's position embedding;
+        - ``final_out``: each new cell is the mean of the ``r x r`` old cells it is made of.
+
+        On latents flat within every old patch, the ``r * r`` tokens of a parent then hold the parent's hidden state
+        exactly (spatial attention over equal copies weighs them as the one parent; temporal attention and the MLP
+        act per token), so the copy's velocity averaged over each old patch equals this model's.  Elsewhere it
+        starts close and needs training: a warm start for testing whether finer tokens help, without training a
+        DiT from scratch.  The DiT's cost per frame grows about ``r**2`` (MLP) to ``r**4`` (spatial attention).
+        The recipe is kept.
+        """
+        old = self.config.dit.patch_size
+        patch_size = int(patch_size)
+        if patch_size < 1 or patch_size >= old or old % patch_size:
+            raise ValueError(f"patch_size must be smaller than the DiT's {old} and divide it, got {patch_size}")
+        r, c = old // patch_size, self.config.dit.latent_channels
+        cfg = WorldModelConfig.from_dict(self.config.to_dict())
+        cfg.dit = dataclasses.replace(cfg.dit, patch_size=patch_size)
+        new = type(self)(cfg).to(self.device)
+        own = new.state_dict()
+        reshaped = ("dit.patch_embed.weight", "dit.pos_embed", "dit.final_out.weight", "dit.final_out.bias")
+        for name, t in self.state_dict().items():
+            if name not in reshaped:
+                own[name].copy_(t)
+        src, dst = self.dit, new.dit
+        d = src.config.dim
+        # patch features are ordered (channel, row, column) within a patch (CausalDiT.patchify)
+        w = src.patch_embed.weight.view(d, c, patch_size, r, patch_size, r)  # old row = new row * r + sub-row
+        dst.patch_embed.weight.copy_(w.sum(dim=(3, 5)).reshape(d, -1))
+        out_w = src.final_out.weight.view(c, patch_size, r, patch_size, r, d)
+        dst.final_out.weight.copy_(out_w.mean(dim=(2, 4)).reshape(-1, d))
+        dst.final_out.bias.copy_(src.final_out.bias.view(c, patch_size, r, patch_size, r).mean(dim=(2, 4)).reshape(-1))
+        v, g = src.config.num_views, src.config.latent_size // old
+        pos = src.pos_embed.view(v, g, g, d).repeat_interleave(r, dim=1).repeat_interleave(r, dim=2)
+        dst.pos_embed.copy_(pos.reshape(-1, d))
+        return new.eval()
+
     def _with_more_dit(self, **dit_changes) -> "WorldModel":
         """A copy whose DiT config has ``dit_changes`` and which holds every weight of this model, copied bit for
         bit; the changes may only add weights (zero-output modules), so the copy predicts what this model does."""

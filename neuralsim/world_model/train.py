@@ -230,7 +230,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a fresh DiT with this many attention heads instead of --config's")
     parser.add_argument("--dit-patch-size", dest="dit_patch_size", type=int, default=None,
                         help="a fresh DiT with latent patches this many cells on a side instead of --config's "
-                             "(smaller: more, finer tokens)")
+                             "(smaller: more, finer tokens); with --init-from, a smaller one that divides the "
+                             "model's cuts its trained DiT into finer tokens (WorldModel.with_dit_patch_size)")
     parser.add_argument("--steps", type=int, default=d.steps,
                         help="total optimiser steps of this stage; a resumed run continues up to it (default %(default)s)")
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size,
@@ -588,9 +589,12 @@ def train(cfg: TrainConfig) -> dict:
                          f"no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     dit_shape = {k: v for k, v in (("dim", cfg.dit_dim), ("depth", cfg.dit_depth), ("num_heads", cfg.dit_heads),
                                    ("patch_size", cfg.dit_patch_size)) if v is not None}
-    if dit_shape and (cfg.stage != "dit" or cfg.init_from):
-        raise ValueError("--dit-dim/--dit-depth/--dit-heads/--dit-patch-size shape a fresh DiT; they need --stage dit "
-                         f"and no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
+    if dit_shape and cfg.stage != "dit":
+        raise ValueError(f"--dit-dim/--dit-depth/--dit-heads/--dit-patch-size shape the DiT; they need --stage dit "
+                         f"(got {cfg.stage!r})")
+    if cfg.init_from and set(dit_shape) - {"patch_size"}:
+        raise ValueError("--dit-dim/--dit-depth/--dit-heads shape a fresh DiT; they need no --init-from (with "
+                         "--init-from only --dit-patch-size applies: it cuts the model's DiT into finer tokens)")
     if not 0.0 <= cfg.rollout_share <= 1.0:
         raise ValueError(f"--rollout-share must be in [0, 1], got {cfg.rollout_share}")
     if cfg.rollout_share and cfg.stage != "decoder":
@@ -748,6 +752,12 @@ def train(cfg: TrainConfig) -> dict:
             torch.manual_seed(cfg.seed)
             model = model.with_tcp_marks()
             log.info("the DiT gained a zero-initialised embedding of the exterior views' gripper marks")
+        patch = dit_shape.get("patch_size")
+        if patch is not None and patch != model.config.dit.patch_size:
+            before = model.config.dit.patch_size
+            model = model.with_dit_patch_size(patch)
+            log.info("the DiT's patches went from %d to %d latent cells a side (%d tokens per frame; the trained "
+                     "transformer kept, its token weights resized)", before, patch, model.config.dit.tokens_per_frame)
         if cfg.add_dit_blocks:
             torch.manual_seed(cfg.seed)
             before = model.config.dit.depth
