@@ -215,16 +215,17 @@ def read_joints_and_actions(root: str | Path, record: dict[str, Any], layout: st
     if layout == "droid_real":
         ep = _load_droid_real(root, record, 16)
         return ep.joint_position, ep.actions
-    cols = _simdroid_columns(root, record, {"observation.state.joint_position": 7, "action": 8})
+    cols = read_simdroid_columns(root, record, {"observation.state.joint_position": 7, "action": 8})
     return cols["observation.state.joint_position"], cols["action"]
 
 
-def _simdroid_columns(root: Path, record: dict, widths: dict[str, int]) -> dict[str, np.ndarray]:
-    """Columns ``widths`` (name -> values per row) of a SimDROID episode's parquet file, float32 (T, width)."""
+def read_simdroid_columns(root: str | Path, record: dict, widths: dict[str, int]) -> dict[str, np.ndarray]:
+    """Columns ``widths`` (name -> values per row) of a SimDROID episode's parquet file, float32 (T, width), without
+    decoding its videos, e.g. ``{"observation.state.cartesian_position": 6}``; a missing column is a DatasetError."""
     import pyarrow.parquet as pq
 
     idx = int(record["episode_index"])
-    data_path = root / DATA_PATH.format(episode_index=idx)
+    data_path = Path(root) / DATA_PATH.format(episode_index=idx)
     if not data_path.is_file():
         raise FileNotFoundError(f"episode {idx}: {str(data_path)!r} is missing")
     table = pq.read_table(data_path)
@@ -239,7 +240,7 @@ def _simdroid_columns(root: Path, record: dict, widths: dict[str, int]) -> dict[
 
 def _load_simdroid(root: Path, record: dict, image_size: int | None) -> LoadedEpisode:
     idx = int(record["episode_index"])
-    cols = _simdroid_columns(root, record, {**dict(zip(STATE_COLUMNS, (7, 1, 6), strict=True)), "action": 8})
+    cols = read_simdroid_columns(root, record, {**dict(zip(STATE_COLUMNS, (7, 1, 6), strict=True)), "action": 8})
     states = {attr: cols[c] for c, attr in STATE_COLUMNS.items()}
     actions = cols["action"]
     frames = list(_decoded_views(root, idx, image_size).transpose(1, 0, 2, 3, 4))

@@ -292,7 +292,7 @@ def test_latent_store_can_serve_the_arm_replay_instead_of_the_measured_arm(datas
     import torch
 
     from neuralsim import kinematics as K
-    from neuralsim.data.reader import load_episode, read_joints_and_actions
+    from neuralsim.data.reader import DatasetError, load_episode, read_joints_and_actions, read_simdroid_columns
     from neuralsim.envs.adapter import arm_trajectory
     from neuralsim.world_model.latents import LatentStore, replay_arm_cond
 
@@ -310,12 +310,16 @@ def test_latent_store_can_serve_the_arm_replay_instead_of_the_measured_arm(datas
         q, a = read_joints_and_actions(root, rec)
         np.testing.assert_array_equal(q, ep.joint_position)
         np.testing.assert_array_equal(a, ep.actions)
+        cols = read_simdroid_columns(str(root), rec, {"observation.state.cartesian_position": 6})
+        np.testing.assert_array_equal(cols["observation.state.cartesian_position"], ep.cartesian_position)
         rows = slice(int(replay.offsets[pos]), int(replay.offsets[pos] + replay.lengths[pos]))
         want = K.forward_kinematics(arm_trajectory(ep.joint_position[0], ep.actions[:-1, :7]))
         np.testing.assert_allclose(replay.cond[rows, :6].numpy(), want, atol=1e-5)
         # the replay starts from the measured first state
         np.testing.assert_allclose(replay.cond[rows.start, :6].numpy(), measured.cond[rows.start, :6].numpy(), atol=1e-5)
     assert not torch.allclose(replay.cond[:, :3], measured.cond[:, :3], atol=1e-4)  # and then parts from it
+    with pytest.raises(DatasetError, match="has no column 'no.such.column'"):
+        read_simdroid_columns(root, ds.records[0], {"no.such.column": 1})
     with pytest.raises(ValueError, match="need 4 actions"):
         replay_arm_cond(np.zeros((5, 7), np.float32), np.zeros(7), np.zeros((3, 8)))
     with pytest.raises(ValueError, match="arm must be one of"):
