@@ -702,6 +702,7 @@ def train(cfg: TrainConfig) -> dict:
         return dataclasses.replace(preset(cfg.config).dit, **dit_shape, **({"wrist_rays": True} if cfg.wrist_rays else {}),
                                    **({"tcp_marks": True} if cfg.tcp_marks else {}))
 
+    patch_from = None  # the patch size an --init-from DiT was cut from (with_dit_patch_size), for the recipe
     if ckpt is not None:
         model = WorldModel.from_pretrained(ckpt / "raw")
         log.info("resuming from %s", ckpt)
@@ -754,10 +755,10 @@ def train(cfg: TrainConfig) -> dict:
             log.info("the DiT gained a zero-initialised embedding of the exterior views' gripper marks")
         patch = dit_shape.get("patch_size")
         if patch is not None and patch != model.config.dit.patch_size:
-            before = model.config.dit.patch_size
+            patch_from = model.config.dit.patch_size
             model = model.with_dit_patch_size(patch)
             log.info("the DiT's patches went from %d to %d latent cells a side (%d tokens per frame; the trained "
-                     "transformer kept, its token weights resized)", before, patch, model.config.dit.tokens_per_frame)
+                     "transformer kept, its token weights resized)", patch_from, patch, model.config.dit.tokens_per_frame)
         if cfg.add_dit_blocks:
             torch.manual_seed(cfg.seed)
             before = model.config.dit.depth
@@ -916,7 +917,8 @@ def train(cfg: TrainConfig) -> dict:
             **({"focus_weight": cfg.focus_weight} if cfg.focus_weight else {}),
             **({"self_rollout": cfg.self_rollout} if cfg.self_rollout else {}),
             **({"added_dit_blocks": cfg.add_dit_blocks, "dit_block_init": cfg.dit_block_init}
-               if cfg.add_dit_blocks else {})}]
+               if cfg.add_dit_blocks else {}),
+            **({"dit_patch_size_from": patch_from} if patch_from is not None else {})}]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one

@@ -4,6 +4,7 @@
 #   INIT=runs/gpu_fine/model PIPE_MIN=8 bash scripts/gpu/fine_line.sh   # more Step Forcing on a fine model
 #   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash ...  # a fresh, wider DiT on a kept autoencoder
 #   AE_FROM=checkpoints/fine DIT_PATCH=4 PIPE_MIN=8 bash ...  # a fresh DiT with 8x8 tokens per view (8x8 pixels each)
+#   INIT=checkpoints/fine DIT_PATCH=4 DEC_STEPS=0 PIPE_MIN=8 bash ...  # the same tokens, its trained DiT cut into them
 # Stages (logs and runs under $RUNS, the dataset under $DATA):
 #   1. SimDROID data, seed 0, $EPISODES episodes, $WORKERS processes, raw .npy frames (no ffmpeg there);
 #   2. the fine autoencoder (32x32x4 latent), batch $AE_BS clips x 2 frames x 3 views;
@@ -104,6 +105,9 @@ dec=$!
 fi
 
 SF_EXTRA=(); [ -z "${ADD_BLOCKS:-}" ] || SF_EXTRA=(--add-dit-blocks "$ADD_BLOCKS" --dit-block-init "${BLOCK_INIT:-copy}")
+# with INIT, DIT_PATCH cuts the carried DiT into finer tokens before Step Forcing (WorldModel.with_dit_patch_size);
+# on a fresh DiT it is already that size, and the flag is a no-op
+[ -z "${DIT_PATCH:-}" ] || SF_EXTRA+=(--dit-patch-size "$DIT_PATCH")
 log "Step Forcing to $(date -u -d @$(( END - FINAL_SECS )) +%T), the last $COOL_SECS s cooling down -> $RUNS/sf"
 $PY -m neuralsim.world_model.train --stage dit --objective step_forcing --init-from "$RUNS/df/model" --data "$DIT_DATA" \
     --out "$RUNS/sf" --batch-size "$BS" --lr "$LR" --warmup 100 --steps 10000000 --deadline $(( END - FINAL_SECS )) \

@@ -83,11 +83,14 @@ def test_train_init_from_with_a_finer_patch_size_resizes_then_trains(tmp_path):
     train(train_cfg(fine, objective="step_forcing", steps=2, init_from=str(base / "model"), dit_patch_size=2))
     b = WorldModel.from_pretrained(fine / "model")
     assert (a.config.dit.patch_size, b.config.dit.patch_size) == (4, 2)
+    assert b.config.recipe["stages"][-1]["dit_patch_size_from"] == 4
+    assert "dit_patch_size_from" not in a.config.recipe["stages"][-1]
     ka, kb = a.state_dict(), b.state_dict()
     assert all(torch.equal(ka[k], kb[k]) for k in ka if not k.startswith("dit."))  # the autoencoder stays frozen
     assert not torch.equal(ka["dit.blocks.0.spatial_qkv.weight"], kb["dit.blocks.0.spatial_qkv.weight"])  # trained
     train(train_cfg(fine, objective="step_forcing", steps=3, init_from=str(base / "model"), dit_patch_size=2))
-    assert WorldModel.from_pretrained(fine / "model").config.recipe["dit_step_forcing_steps"] == 3
+    resumed = WorldModel.from_pretrained(fine / "model").config.recipe
+    assert resumed["dit_step_forcing_steps"] == 3 and resumed["stages"][-1]["dit_patch_size_from"] == 4
     with pytest.raises(ValueError, match="only --dit-patch-size applies"):
         train(train_cfg(tmp_path / "x", init_from=str(base / "model"), dit_dim=64))
     with pytest.raises(ValueError, match="need --stage dit"):
