@@ -402,7 +402,8 @@ class WorldModel(nn.Module):
 
         On latents flat within every old patch, the ``r * r`` tokens of a parent then hold the parent's hidden state
         exactly (spatial attention over equal copies weighs them as the one parent; temporal attention and the MLP
-        act per token), so the copy's velocity averaged over each old patch equals this model's.  Elsewhere it
+        act per token), so the copy's velocity averaged over each old patch equals this model's (for a DiT without
+        wrist rays or gripper marks: those are computed per token of the finer grid, so they differ).  Elsewhere it
         starts close and needs training: a warm start for testing whether finer tokens help, without training a
         DiT from scratch.  The DiT's cost per frame grows about ``r**2`` (MLP) to ``r**4`` (spatial attention).
         The recipe is kept.
