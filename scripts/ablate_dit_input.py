@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from neuralsim.data.reader import read_simdroid_columns, list_episodes
+from neuralsim.data.reader import list_episodes, read_simdroid_columns
 from neuralsim.world_model.model import WorldModel
 
 MODULES = {"tcp_marks": "tcp_embed", "wrist_rays": "ray_embed"}
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> None:
         if Path(args.data).is_dir():
             conds = []
             for rec in list_episodes(args.data)[:20]:
-                cols = read_simdroid_columns(Path(args.data), rec, {"observation.state.cartesian_position": 6,
-                                                                "observation.state.gripper_position": 1})
+                cols = read_simdroid_columns(args.data, rec, {"observation.state.cartesian_position": 6,
+                                                              "observation.state.gripper_position": 1})
                 conds.append(np.concatenate([cols["observation.state.cartesian_position"],
                                              cols["observation.state.gripper_position"]], 1))
             out = embed(torch.tensor(np.concatenate(conds), dtype=torch.float32))  # (frames, tokens, D)
