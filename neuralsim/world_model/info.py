@@ -64,6 +64,47 @@ def stage_steps_run(recipe: dict) -> list[tuple[int | None, str]]:
     return out
 
 
+def stage_options(stage: dict, previous_decoder_depth: int | None = None) -> list[str]:
+    """What a recipe stage did besides its objective, in words, in the order ``neuralsim model info`` prints them.
+
+    The trainer records each option only when it was given (``--rollout-share``, ``--focus-weight``,
+    ``--dit-patch-size`` with ``--init-from`` ...), so a plain stage gives ``[]``.  Every decoder stage records
+    its decoder's depth; it is named only where it differs from ``previous_decoder_depth``, the depth before the
+    stage (the previous decoder stage's, the encoder's before the first; None: unknown, as after a stage from
+    before the trainer recorded it), i.e. where the stage pruned or deepened the decoder.
+    """
+    opts: list[str] = []
+    if stage.get("rollout_share"):
+        opts.append(f"rollouts {stage['rollout_share']:g}")
+    if stage.get("reference_head"):
+        opts.append(f"reference head {stage['reference_head']}")
+    if stage.get("residual_channels"):
+        opts.append(f"{stage['residual_channels']} residual channels")
+    depth = stage.get("decoder_layers_per_block")
+    if depth is not None and depth != previous_decoder_depth:
+        opts.append(f"decoder {'' if previous_decoder_depth is None else f'{previous_decoder_depth} -> '}{depth} "
+                    "layer(s) per block")
+    if stage.get("change_weight"):
+        opts.append(f"change weight {stage['change_weight']:g}")
+    if stage.get("focus_weight"):
+        opts.append(f"focus weight {stage['focus_weight']:g}")
+    if stage.get("self_rollout"):
+        opts.append(f"self-rollout {stage['self_rollout']}")
+    if stage.get("added_dit_blocks"):
+        init = stage.get("dit_block_init")
+        opts.append(f"{stage['added_dit_blocks']} DiT blocks added" + (f" ({init})" if init else ""))
+    if stage.get("dit_patch_size_from") is not None:
+        opts.append(f"tokens cut from patch {stage['dit_patch_size_from']}")
+    if stage.get("wrist_rays"):
+        opts.append("wrist rays added")
+    if stage.get("tcp_marks"):
+        opts.append("gripper marks added")
+    for key, word in (("arm_conditioning", "arm"), ("gripper_conditioning", "gripper")):
+        if stage.get(key):
+            opts.append(f"{word}: {stage[key]}")
+    return opts
+
+
 def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, Any]:
     """A summary of a checkpoint directory, hub id or ``None`` (the shipped model), as plain data.
 
@@ -106,7 +147,7 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
             "image_size": ae.image_size, "views": dit.num_views, "latent": [ae.latent_size, ae.latent_size,
                                                                             ae.latent_channels],
             "residual_latent_channels": ae.residual_channels,
-            "decoder_layers_per_block": ae.decoder_depth, "reference_head_channels": ae.reference_head_channels,
+            "encoder_layers_per_block": ae.layers_per_block, "decoder_layers_per_block": ae.decoder_depth, "reference_head_channels": ae.reference_head_channels,
             "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
             "wrist_rays": dit.wrist_rays, "tcp_marks": dit.tcp_marks, "gripper_conditioning": config.gripper_conditioning,
@@ -162,12 +203,14 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
                      "? unknown):")
         header = ("#", "stage", "objective", "data", "batch", "lr", "budget", "steps run")
         rows = []
+        decoder_depth = a.get("encoder_layers_per_block")  # what a decoder has unless a stage pruned or deepened it
         for i, st in enumerate(info["stages"], 1):
             run = st["steps_run"]
             mark = {"derived": "*", "unknown": "?"}.get(st["steps_run_source"], "")
-            objective = str(st.get("objective", "")) + (f" + rollouts {st['rollout_share']:g}"
-                                                         if st.get("rollout_share") else "") \
-                + (f", reference head {st['reference_head']}" if st.get("reference_head") else "")
+            options = stage_options(st, previous_decoder_depth=decoder_depth)
+            if st.get("stage") == "decoder":  # one that did not record its depth leaves the next one's prior unknown
+                decoder_depth = st.get("decoder_layers_per_block")
+            objective = str(st.get("objective", "")) + (" + " + ", ".join(options) if options else "")
             rows.append((str(i), str(st.get("stage", "")), objective, str(st.get("data", "")),
                          str(st.get("batch_size", "")), f"{st['lr']:g}" if "lr" in st else "",
                          f"{st['steps']:,}" if "steps" in st else "",

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from neuralsim.cli import main
-from neuralsim.world_model.info import checkpoint_info, format_checkpoint_info, stage_steps_run
+from neuralsim.world_model.info import checkpoint_info, format_checkpoint_info, stage_options, stage_steps_run
 from neuralsim.world_model.model import CheckpointError, WorldModel
 
 
@@ -88,6 +88,40 @@ def test_info_names_a_decoder_stage_trained_on_rollouts(tiny_checkpoint, tmp_pat
     text = format_checkpoint_info(checkpoint_info(tmp_path / "m"))
     assert "reconstruction + rollouts 0.75" in text
     assert "rollouts" not in format_checkpoint_info(checkpoint_info(tiny_checkpoint))
+
+
+def test_stage_options_name_what_each_stage_was_given():
+    assert stage_options(_sf()) == []
+    assert stage_options(_sf(focus_weight=8.0, self_rollout=12, dit_patch_size_from=4, arm_conditioning="replay")) == \
+        ["focus weight 8", "self-rollout 12", "tokens cut from patch 4", "arm: replay"]
+    assert stage_options(_sf(added_dit_blocks=4, dit_block_init="copy", tcp_marks=True, wrist_rays=True)) == \
+        ["4 DiT blocks added (copy)", "wrist rays added", "gripper marks added"]
+    dec = {"stage": "decoder", "objective": "reconstruction", "steps": 10, "decoder_layers_per_block": 0}
+    assert stage_options({**dec, "rollout_share": 0.75, "change_weight": 10.0, "residual_channels": 4},
+                         previous_decoder_depth=0) == ["rollouts 0.75", "4 residual channels", "change weight 10"]
+    assert stage_options(dec, previous_decoder_depth=1) == ["decoder 1 -> 0 layer(s) per block"]
+    assert stage_options(dec, previous_decoder_depth=None) == ["decoder 0 layer(s) per block"]
+
+
+def test_info_tracks_the_decoder_depth_from_stage_to_stage(tiny_checkpoint, tmp_path):
+    wm = WorldModel.from_pretrained(tiny_checkpoint)
+    enc = wm.config.autoencoder.layers_per_block
+    dec = {"stage": "decoder", "objective": "reconstruction", "steps": 10, "steps_run": 10}
+    wm.config.recipe = {**wm.config.recipe, "stages": [
+        {**dec, "decoder_layers_per_block": enc},              # as built: nothing to say
+        _sf(steps_run=5, dit_patch_size_from=4),               # a DiT stage leaves the decoder's depth alone
+        {**dec, "decoder_layers_per_block": enc + 1},          # deepened
+        {**dec},                                               # from before the trainer recorded the depth
+        {**dec, "decoder_layers_per_block": enc + 1}]}         # the depth before it is unknown
+    wm.save_pretrained(tmp_path / "m")
+    rows = [ln.split() for ln in format_checkpoint_info(checkpoint_info(tmp_path / "m")).splitlines()
+            if ln.startswith("    ") and ln.split()[0].isdigit()]
+    text = {r[0]: " ".join(r[2:]) for r in rows}
+    assert "layer(s)" not in text["1"]
+    assert "step_forcing + tokens cut from patch 4" in text["2"]
+    assert f"reconstruction + decoder {enc} -> {enc + 1} layer(s) per block" in text["3"]
+    assert "layer(s)" not in text["4"]
+    assert f"reconstruction + decoder {enc + 1} layer(s) per block" in text["5"]
 
 
 def test_cli_prints_the_shipped_models_recipe(capsys):
