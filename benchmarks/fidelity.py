@@ -65,7 +65,7 @@ import numpy as np
 from neuralsim.episode import VIEW_NAMES
 
 from .results_path import RESULTS_DIR, out_help, results_path
-from .stats import wilson_interval
+from .stats import mcnemar_exact, wilson_interval
 
 log = logging.getLogger(__name__)
 
@@ -646,6 +646,10 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         cube["b_better"] = int((xb < xa).sum())  # lower error is better here
         cube["into_5cm"] = int(((xb < POSITION_TOLERANCE_M) & (xa >= POSITION_TOLERANCE_M)).sum())
         cube["out_of_5cm"] = int(((xb >= POSITION_TOLERANCE_M) & (xa < POSITION_TOLERANCE_M)).sum())
+        # does the share below 5 cm differ? the episodes that cross the line are the discordant pairs
+        cube["share_below_5cm"] = {"a": float((xa < POSITION_TOLERANCE_M).mean()),
+                                   "b": float((xb < POSITION_TOLERANCE_M).mean()),
+                                   "mcnemar_p": mcnemar_exact(cube["out_of_5cm"], cube["into_5cm"])}
         out["cube_end_error_m"] = cube
     return out
 
@@ -729,7 +733,9 @@ def format_paired(diff: dict[str, Any]) -> str:
         c = diff["cube_end_error_m"]
         ci = "" if c["se"] is None else f" ± {100 * (c['ci95'][1] - c['mean']):.1f}"
         lines.append(f"cube end error {100 * c['mean']:+.1f}{ci} cm; B nearer the true cube in {c['b_better']}/{c['n']}; "
-                     f"{c['into_5cm']} episodes move into and {c['out_of_5cm']} out of 5 cm")
+                     f"{c['into_5cm']} episodes move into and {c['out_of_5cm']} out of 5 cm"
+                     + (f" (share {100 * c['share_below_5cm']['a']:.0f}% -> {100 * c['share_below_5cm']['b']:.0f}%, "
+                        f"exact McNemar p = {c['share_below_5cm']['mcnemar_p']:.3g})" if "share_below_5cm" in c else ""))
     return "\n".join(lines)
 
 

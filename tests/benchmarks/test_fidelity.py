@@ -135,6 +135,8 @@ def test_per_episode_scores_and_paired_differences():
     cube = diff["cube_end_error_m"]
     assert cube["mean"] == pytest.approx(((0.03 - 0.10) + (0.30 - 0.20)) / 2)
     assert cube["b_better"] == 1 and cube["into_5cm"] == 1 and cube["out_of_5cm"] == 0
+    assert cube["share_below_5cm"] == {"a": 0.0, "b": 0.5, "mcnemar_p": 1.0}  # one discordant pair: p = 2 * 1/2
+    assert "share 0% -> 50%, exact McNemar p = 1)" in F.format_paired({**diff, "a": "A", "b": "B", "split": "s"})
     assert diff["frames"]["sharpness_in_horizon"]["mean"]["mean"] < 0  # B's episode 8 has less noise: less "detail"
     # reports from before the sharpness metric still pair, on the other rows
     old = {k: v for k, v in split_a.items() if k != "sharpness"}
