@@ -64,6 +64,15 @@ def stage_steps_run(recipe: dict) -> list[tuple[int | None, str]]:
     return out
 
 
+# a recipe stage's options as ``model info`` names them: (recipe key, words; ``{}`` takes the value)
+_STAGE_OPTIONS = (("rollout_share", "rollouts {:g}"), ("reference_head", "reference head {}"),
+                  ("residual_channels", "{} residual channels"), ("change_weight", "change weight {:g}"),
+                  ("focus_weight", "focus weight {:g}"), ("self_rollout", "self-rollout {}"),
+                  ("dit_patch_size_from", "tokens cut from patch {}"), ("wrist_rays", "wrist rays added"),
+                  ("tcp_marks", "gripper marks added"), ("arm_conditioning", "arm: {}"),
+                  ("gripper_conditioning", "gripper: {}"))
+
+
 def stage_options(stage: dict, previous_decoder_depth: int | None = None) -> list[str]:
     """What a recipe stage did besides its objective, in words, in the order ``neuralsim model info`` prints them.
 
@@ -73,35 +82,14 @@ def stage_options(stage: dict, previous_decoder_depth: int | None = None) -> lis
     stage (the previous decoder stage's, the encoder's before the first; None: unknown, as after a stage from
     before the trainer recorded it), i.e. where the stage pruned or deepened the decoder.
     """
-    opts: list[str] = []
-    if stage.get("rollout_share"):
-        opts.append(f"rollouts {stage['rollout_share']:g}")
-    if stage.get("reference_head"):
-        opts.append(f"reference head {stage['reference_head']}")
-    if stage.get("residual_channels"):
-        opts.append(f"{stage['residual_channels']} residual channels")
+    opts = [words.format(stage[key]) for key, words in _STAGE_OPTIONS if stage.get(key)]
+    if stage.get("added_dit_blocks"):
+        init = stage.get("dit_block_init")
+        opts.append(f"{stage['added_dit_blocks']} DiT blocks added" + (f" ({init})" if init else ""))
     depth = stage.get("decoder_layers_per_block")
     if depth is not None and depth != previous_decoder_depth:
         opts.append(f"decoder {'' if previous_decoder_depth is None else f'{previous_decoder_depth} -> '}{depth} "
                     "layer(s) per block")
-    if stage.get("change_weight"):
-        opts.append(f"change weight {stage['change_weight']:g}")
-    if stage.get("focus_weight"):
-        opts.append(f"focus weight {stage['focus_weight']:g}")
-    if stage.get("self_rollout"):
-        opts.append(f"self-rollout {stage['self_rollout']}")
-    if stage.get("added_dit_blocks"):
-        init = stage.get("dit_block_init")
-        opts.append(f"{stage['added_dit_blocks']} DiT blocks added" + (f" ({init})" if init else ""))
-    if stage.get("dit_patch_size_from") is not None:
-        opts.append(f"tokens cut from patch {stage['dit_patch_size_from']}")
-    if stage.get("wrist_rays"):
-        opts.append("wrist rays added")
-    if stage.get("tcp_marks"):
-        opts.append("gripper marks added")
-    for key, word in (("arm_conditioning", "arm"), ("gripper_conditioning", "gripper")):
-        if stage.get(key):
-            opts.append(f"{word}: {stage[key]}")
     return opts
 
 

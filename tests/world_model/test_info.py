@@ -95,7 +95,7 @@ def test_stage_options_name_what_each_stage_was_given():
     assert stage_options(_sf(focus_weight=8.0, self_rollout=12, dit_patch_size_from=4, arm_conditioning="replay")) == \
         ["focus weight 8", "self-rollout 12", "tokens cut from patch 4", "arm: replay"]
     assert stage_options(_sf(added_dit_blocks=4, dit_block_init="copy", tcp_marks=True, wrist_rays=True)) == \
-        ["4 DiT blocks added (copy)", "wrist rays added", "gripper marks added"]
+        ["wrist rays added", "gripper marks added", "4 DiT blocks added (copy)"]
     dec = {"stage": "decoder", "objective": "reconstruction", "steps": 10, "decoder_layers_per_block": 0}
     assert stage_options({**dec, "rollout_share": 0.75, "change_weight": 10.0, "residual_channels": 4},
                          previous_decoder_depth=0) == ["rollouts 0.75", "4 residual channels", "change weight 10"]
