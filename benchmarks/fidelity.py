@@ -644,11 +644,11 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         xb = np.array([eb[j] for _, j in pairs], np.float64)
         cube = difference_summary(xb - xa)
         cube["b_better"] = int((xb < xa).sum())  # lower error is better here
-        cube["into_5cm"] = int(((xb < POSITION_TOLERANCE_M) & (xa >= POSITION_TOLERANCE_M)).sum())
-        cube["out_of_5cm"] = int(((xb >= POSITION_TOLERANCE_M) & (xa < POSITION_TOLERANCE_M)).sum())
+        near_a, near_b = xa < POSITION_TOLERANCE_M, xb < POSITION_TOLERANCE_M
+        cube["into_5cm"] = int((near_b & ~near_a).sum())
+        cube["out_of_5cm"] = int((near_a & ~near_b).sum())
         # does the share below 5 cm differ? the episodes that cross the line are the discordant pairs
-        cube["share_below_5cm"] = {"a": float((xa < POSITION_TOLERANCE_M).mean()),
-                                   "b": float((xb < POSITION_TOLERANCE_M).mean()),
+        cube["share_below_5cm"] = {"a": float(near_a.mean()), "b": float(near_b.mean()),
                                    "mcnemar_p": mcnemar_exact(cube["out_of_5cm"], cube["into_5cm"])}
         out["cube_end_error_m"] = cube
     return out
