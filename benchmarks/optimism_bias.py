@@ -175,8 +175,7 @@ def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
         probe = load_probe(cfg.probe)
     if pair_judge is not None and not hasattr(pair_judge, "judge_pair"):
         raise ValueError(f"--pairwise {cfg.pairwise!r} is not a pairwise judge (use e.g. 'mirabench:openai/gpt-4o')")
-    # made directly: gym.make(..., max_episode_steps=N) sets only the TimeLimit wrapper, and NeuralDROID
-    # calls its reward function when its own horizon is reached
+    # one horizon for both twins: NeuralDROID calls its reward function when it is reached
     sim = SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=cfg.steps)
     wm = NeuralDROIDEnv(checkpoint=cfg.checkpoint, reward_fn=judge, max_episode_steps=cfg.steps)
     videos = Path(cfg.videos) if cfg.videos else None

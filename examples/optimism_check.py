@@ -35,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=None, help="world-model directory or hub id (default: shipped)")
     args = p.parse_args(argv)
 
-    # NeuralDROIDEnv(max_episode_steps=...) rather than gym.make: the env's own horizon decides when the
-    # judge runs, and both twins must stop at the same step
+    # one horizon for both twins: the env's horizon decides when the judge runs, and both must stop at the same step
     with NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps) as world, \
             SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=args.steps) as sim:
         spec = world.episodes.resolve(args.episode)

@@ -29,6 +29,7 @@ from ..rewards import make_reward_fn, reward_from_result
 from . import DEFAULT_MAX_EPISODE_STEPS
 from . import adapter as A
 from .episodes import EpisodeSet, EpisodeSpec, default_episodes, load_episodes
+from .horizon import time_limit_of_make
 from .sim_droid import ACTION_MODES, CARTESIAN_HIGH, CARTESIAN_LOW, droid_spaces
 
 log = logging.getLogger(__name__)
@@ -272,7 +273,7 @@ class _Core:
             self.records[r] = {"frames": [views[i]], "joint_position": [], "gripper_position": [],
                                "cartesian_position": [], "actions": []}
             self._record_state(r)
-            infos.append({"instruction": specs[i].instruction, "episode": specs[i].name,
+            infos.append({"instruction": specs[i].instruction, "episode_name": specs[i].name,
                           "metadata": copy.deepcopy(specs[i].metadata), "conditioning": cond[i].copy(), "step": 0})
         return infos
 
@@ -311,7 +312,7 @@ class _Core:
             rec["frames"].append(views[i])
             rec["actions"].append(actions[i].astype(np.float32))
             self._record_state(r)
-            info = {"instruction": self.specs[r].instruction, "episode": self.specs[r].name,
+            info = {"instruction": self.specs[r].instruction, "episode_name": self.specs[r].name,
                     "step": int(self.steps[r]), "action_clipped": bool(clipped[i].any()),
                     "clipped_dims": clipped[i].copy(), "joint_limit_hit": hit_limit[i].copy(),
                     "conditioning": cond[i].copy(), "timing": timing}
@@ -390,7 +391,8 @@ _COMMON_ARGS = """
         device: torch device of the world model (``"cpu"``, ``"cuda"``).
         image_size: side of the images handed to the policy; None = the model's 64.  Frames are
             generated at 64 and resized (bilinear, antialiased); records and ``render()`` stay at 64.
-        max_episode_steps: horizon; the reward is computed on the step that reaches it.
+        max_episode_steps: horizon; the reward is computed on the step that reaches it (``gym.make``
+            replaces it with its ``TimeLimit``'s, see Episode End).
         action_mode: ``"joint_velocity"`` (DROID default) or ``"joint_position"``.
         strict: raise :class:`InvalidActionError` on finite out-of-range actions instead of clipping.
         render_mode: None or ``"rgb_array"`` (the 2x2 collage).
@@ -446,12 +448,14 @@ class NeuralDROIDEnv(gym.Env):
     ## Episode End
     Truncated after ``max_episode_steps`` (default 150 = 10 s).  Never terminated: the world model has
     no success signal (use the judgement).  Stepping after the end raises ``ResetNeeded``.
-    Note: ``gym.make(id, max_episode_steps=N)`` only sets Gymnasium's TimeLimit wrapper, which the
-    env cannot see; the env's own horizon (when the reward is computed) stays 150.  Use
-    ``NeuralDROIDEnv(max_episode_steps=N)`` or ``gym.make_vec(..., max_episode_steps=N)``.
+    ``gym.make(id, max_episode_steps=N)`` and ``gym.make_vec(id, max_episode_steps=N)`` set the env's
+    horizon to N (made by ``gym.make`` the env takes its ``TimeLimit``'s horizon, see
+    :mod:`neuralsim.envs.horizon`), so the episode is judged on the step it is truncated; a ``TimeLimit``
+    added by hand is invisible to the env, give it the same ``max_episode_steps``.
 
     ## Info
-    ``instruction``, ``episode`` (spec name), ``step``, ``conditioning`` (the 7 numbers fed to the
+    ``instruction``, ``episode_name`` (spec name; ``info["episode"]`` is left to Gymnasium's
+    ``RecordEpisodeStatistics`` and stable-baselines3's ``Monitor``), ``step``, ``conditioning`` (the 7 numbers fed to the
     world model: flange pose + gripper), ``action_clipped`` / ``clipped_dims`` (8 bools),
     ``joint_limit_hit`` (7 bools), ``timing`` (a :class:`StepTiming`: seconds spent in the adapter, the
     world model's denoising, decoding, and the whole step); at the end ``judgement`` or
@@ -476,6 +480,7 @@ class NeuralDROIDEnv(gym.Env):
     """.replace("\n    {args}", _COMMON_ARGS)
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
+    _spec = None
 
     def __init__(self, checkpoint=None, reward_fn: str | Callable | None = "default", context_window: int | None = None,
                  denoising_steps: int | None = None, device: str = "cpu", image_size: int | None = None,
@@ -499,6 +504,20 @@ class NeuralDROIDEnv(gym.Env):
     @property
     def max_episode_steps(self) -> int | None:
         return self._core.max_episode_steps
+
+    @property
+    def spec(self):
+        """The env's ``EnvSpec`` (set by ``gym.make``; None when made directly)."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, value) -> None:
+        # gym.make sets the spec right before it wraps the env in TimeLimit(N): N becomes the horizon, so the
+        # episode is judged on the step the wrapper truncates (neuralsim/envs/horizon.py)
+        self._spec = value
+        steps = time_limit_of_make()
+        if steps is not None:
+            self._core.max_episode_steps = steps
 
     @property
     def reward_fn(self) -> Callable | None:

@@ -37,6 +37,7 @@ from .. import kinematics as K
 from ..episode import VIEW_NAMES, Episode, collage
 from ..rewards import make_reward_fn, reward_from_result
 from . import scene as S
+from .horizon import time_limit_of_make
 
 TASK_FAMILIES = ("put_in_bowl", "push_to_pad", "stack")
 
@@ -171,7 +172,10 @@ class SimDROIDEnv(gym.Env):
     whole episode.  The default ``"ground_truth"`` gives the rubric level (0, 2, 4 or 5).
 
     ## Episode End
-    Truncation at ``max_episode_steps`` (150 via ``gym.make``, 10 s at 15 Hz).  Termination only with
+    Truncation at ``max_episode_steps``.  Made by ``gym.make`` the env takes its ``TimeLimit``'s horizon (150,
+    10 s at 15 Hz, unless ``gym.make(..., max_episode_steps=N)``), so the episode is scored on the step the
+    wrapper truncates (:mod:`neuralsim.envs.horizon`); a ``TimeLimit`` added by hand is invisible to the env,
+    give it the same ``max_episode_steps``.  Termination only with
     ``terminate_on_success=True``, when the task succeeds.
 
     ## Info (ground truth)
@@ -191,13 +195,15 @@ class SimDROIDEnv(gym.Env):
     terminate_on_success: end the episode (``terminated``) as soon as the task succeeds.
     reward_fn: ``"ground_truth"``, a reward-function name for :func:`neuralsim.rewards.make_reward_fn`
         (e.g. ``"roboworld:offline"``), a callable ``fn(Episode)``, or None (always 0).
-    max_episode_steps: horizon used for ``truncated`` (``gym.make`` also wraps with TimeLimit).
+    max_episode_steps: horizon used for ``truncated`` and the reward; None: no horizon.  ``gym.make`` replaces
+        it with its ``TimeLimit``'s (see Episode End).
 
     ## Version History
     v0: first release (``distribution="ood"`` added later; the default layouts are unchanged).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
+    _spec = None
 
     def __init__(self, render_mode: str | None = None, image_size: int = 64, action_mode: str = "joint_velocity",
                  task: str | None = None, terminate_on_success: bool = False,
@@ -238,6 +244,20 @@ class SimDROIDEnv(gym.Env):
         self._steps = 0
         self._best_level = 0
         self._record: dict[str, list] = {}
+
+    @property
+    def spec(self):
+        """The env's ``EnvSpec`` (set by ``gym.make``; None when made directly)."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, value) -> None:
+        # gym.make sets the spec right before it wraps the env in TimeLimit(N): N becomes the horizon, so the
+        # episode is scored on the step the wrapper truncates (neuralsim/envs/horizon.py)
+        self._spec = value
+        steps = time_limit_of_make()
+        if steps is not None:
+            self.max_episode_steps = steps
 
     # ------------------------------------------------------------------ helpers
     def _is_robot_body(self, b: int) -> bool:

@@ -153,7 +153,7 @@ def test_vector_env_equals_single_envs(tiny_checkpoint):
         vframes.append(venv.step(a)[0])
     for i in range(n):
         frames, infos = rollout(make(tiny_checkpoint), 100 + i, acts[:, i])
-        assert infos[0]["episode"] == vinfo["episode"][i]
+        assert infos[0]["episode_name"] == vinfo["episode_name"][i]
         for t, (single, batched) in enumerate(zip(frames, vframes)):
             np.testing.assert_array_equal(single["joint_position"], batched["joint_position"][i])
             for v in VIEW_NAMES:  # batched matrix products may round differently: +-1 grey level at most
@@ -395,7 +395,7 @@ def test_spec_objects_and_dicts_are_accepted(tiny_checkpoint):
     _, info = env.reset(seed=0, options={"episode": d})
     assert info["instruction"] == "push it"
     obs, info = env.reset(seed=0, options={"episode": spec})
-    assert info["episode"] == spec.name and obs["exterior_image_1_left"].shape == (16, 16, 3)
+    assert info["episode_name"] == spec.name and obs["exterior_image_1_left"].shape == (16, 16, 3)
 
 
 def test_missing_and_corrupt_checkpoints(tmp_path, monkeypatch, tiny_checkpoint):
@@ -474,7 +474,7 @@ def test_vector_autoreset_next_step(tiny_checkpoint):
                                 max_episode_steps=3)
     assert venv.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
     obs, info = venv.reset(seed=0)
-    assert obs["joint_position"].shape == (2, 7) and list(info["_episode"]) == [True, True]
+    assert obs["joint_position"].shape == (2, 7) and list(info["_episode_name"]) == [True, True]
     a = actions(5, batch=(2,))
     for t in range(2):
         _, r, te, tr, _ = venv.step(a[t])
@@ -502,7 +502,7 @@ def test_vector_autoreset_same_step_and_reset_mask(tiny_checkpoint):
     # partial reset: env 1 keeps its episode
     venv.step(a[0])
     obs, info = venv.reset(seed=5, options={"reset_mask": np.array([True, False])})
-    assert list(info["_episode"]) == [True, False]
+    assert list(info["_episode_name"]) == [True, False]
     assert venv.episode(0).num_frames == 1 and venv.episode(1).num_frames == 2
 
 
