@@ -150,11 +150,12 @@ def _add_model(sub) -> None:
     msub = p.add_subparsers(dest="model_command", metavar="MODEL_COMMAND", required=True)
     i = msub.add_parser(
         "info", help="summarise a checkpoint: size, architecture, integrity, training recipe",
-        description="Summarise a world-model checkpoint without loading its weights: files, parameter count per "
-                    "part, architecture, inference window and noise levels, whether config.json is the one the "
-                    "weights were saved with, and the training recipe stage by stage (steps run, derived from "
-                    "the recipe's totals for stages older than the trainer's steps_run record). Exit code 1 if "
-                    "the config does not match the weights.")
+        description="Summarise a world-model checkpoint without building the model: files, parameter count per "
+                    "part, architecture, inference window and noise levels, integrity (whether config.json is the "
+                    "one the weights were saved with, whether the weights still match the content hash saved with "
+                    "them, which tensors hold NaN/inf), and the training recipe stage by stage (steps run, derived "
+                    "from the recipe's totals for stages older than the trainer's steps_run record). Exit code 1 if "
+                    "WorldModel.from_pretrained would refuse the checkpoint.")
     i.add_argument("checkpoint", nargs="?", default=None,
                    help="checkpoint directory or Hugging Face hub id (default: the shipped model)")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -164,11 +165,11 @@ def _add_model(sub) -> None:
 def _run_model_info(args: argparse.Namespace) -> int:
     import json
 
-    from .world_model.info import checkpoint_info, format_checkpoint_info
+    from .world_model.info import checkpoint_info, checkpoint_is_loadable, format_checkpoint_info
 
     info = checkpoint_info(args.checkpoint)
     print(json.dumps(info, indent=2) if args.json else format_checkpoint_info(info))
-    return 0 if info["is_neuralsim_world_model"] and info["config_matches_weights"] else 1
+    return 0 if checkpoint_is_loadable(info) else 1
 
 
 # ----------------------------------------------------------------------------- data

@@ -1,10 +1,11 @@
 """What a world-model checkpoint holds, read without building the model: ``neuralsim model info``.
 
-:func:`checkpoint_info` reads ``config.json`` and only the *header* of ``model.safetensors`` (names, shapes,
-dtypes and metadata; no tensor data), so it takes milliseconds even for a large file.  It reports the
-architecture, the parameter count per part, whether the weights were written with this config (the
-``config_sha256`` that :meth:`WorldModel.from_pretrained` also checks), and the training recipe stage by
-stage.
+:func:`checkpoint_info` reads ``config.json`` and ``model.safetensors`` without building the model.  It reports
+the architecture, the parameter count per part, the training recipe stage by stage, and the checkpoint's
+integrity as :meth:`WorldModel.from_pretrained` checks it: whether the weights were written with this config
+(``config_sha256``), whether they still hash to the content hash saved with them (``weights_sha256``, see
+:func:`~neuralsim.world_model.model.weights_digest`; checkpoints saved before it existed have none), and which
+tensors hold NaN or inf values.  Hashing reads every tensor (a fraction of a second for the shipped 9 MB file).
 
 Steps run per stage.  The trainer records ``steps_run`` in each stage since session 42; older stages only
 have their budget (``steps``), which a ``--deadline`` run may end far short of.  For those the count is
@@ -97,26 +98,32 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
     """A summary of a checkpoint directory, hub id or ``None`` (the shipped model), as plain data.
 
     Raises ``CheckpointError`` (a ValueError) when a file is missing, the config is invalid or the weights
-    file is not a readable safetensors file.  A config hash that does not match the weights is *reported*
-    (``"config_matches_weights": False``), not raised: this is the tool for finding out what is wrong.
+    file is not a readable safetensors file.  What ``WorldModel.from_pretrained`` would refuse is *reported*, not
+    raised -- this is the tool for finding out what is wrong: a config hash that does not match the weights
+    (``"config_matches_weights": False``), weights that no longer match their saved content hash
+    (``"weights_hash": "mismatch"``; ``"match"``, or ``"not recorded"`` for a checkpoint saved before the hash
+    existed) and tensors holding NaN/inf (``"nonfinite_tensors"``: name -> count).
     """
     from safetensors import safe_open
 
     from ..envs.neural_droid import resolve_checkpoint
-    from .model import FORMAT_TAG, CheckpointError, config_digest, read_checkpoint_config
+    from .model import (FORMAT_TAG, WEIGHTS_HASH_KEY, CheckpointError, config_digest, nonfinite_tensors,
+                        read_checkpoint_config, weights_digest)
 
     d = resolve_checkpoint(checkpoint)
     cfg_path, w_path, cfg_json, config = read_checkpoint_config(d)
     params: dict[str, int] = {}
     dtypes: dict[str, int] = {}
     try:
-        with safe_open(str(w_path), framework="numpy") as f:
+        with safe_open(str(w_path), framework="pt") as f:
             meta = dict(f.metadata() or {})
+            tensors = {}
             for name in f.keys():
                 sl = f.get_slice(name)
                 part = next((label for prefix, label in _PARTS if name.startswith(prefix)), "other")
                 params[part] = params.get(part, 0) + math.prod(sl.get_shape())
                 dtypes[sl.get_dtype()] = dtypes.get(sl.get_dtype(), 0) + 1
+                tensors[name] = f.get_tensor(name)
     except Exception as e:  # SafetensorError / OSError on a corrupt or foreign file
         raise CheckpointError(f"cannot read {w_path}: corrupt or not a safetensors file ({e})") from e
     recipe = dict(config.recipe)
@@ -129,6 +136,9 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
         "format": meta.get("format"),
         "is_neuralsim_world_model": meta.get("format") == FORMAT_TAG,
         "config_matches_weights": meta.get("config_sha256") == config_digest(cfg_json),
+        "weights_hash": ("not recorded" if WEIGHTS_HASH_KEY not in meta
+                         else "match" if meta[WEIGHTS_HASH_KEY] == weights_digest(tensors) else "mismatch"),
+        "nonfinite_tensors": nonfinite_tensors(tensors),
         "weight_dtypes": dtypes,
         "parameters": {**params, "total": sum(params.values())},
         "architecture": {
@@ -149,18 +159,34 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
     }
 
 
+def checkpoint_is_loadable(info: dict[str, Any]) -> bool:
+    """Whether :meth:`WorldModel.from_pretrained` would accept the checkpoint :func:`checkpoint_info` describes."""
+    return bool(info["is_neuralsim_world_model"] and info["config_matches_weights"]
+                and info["weights_hash"] != "mismatch" and not info["nonfinite_tensors"])
+
+
 def format_checkpoint_info(info: dict[str, Any]) -> str:
     """The summary of :func:`checkpoint_info` as text for a terminal."""
     a, inf, p = info["architecture"], info["inference"], info["parameters"]
     files = ", ".join(f"{name} {_size(n)}" for name, n in info["file_bytes"].items())
     dtypes = ", ".join(f"{k} x{v}" for k, v in sorted(info["weight_dtypes"].items()))
+    problems = []
     if not info["is_neuralsim_world_model"]:
-        integrity = f"NOT a neuralsim world model (format tag {info['format']!r})"
+        problems.append(f"NOT a neuralsim world model (format tag {info['format']!r})")
     elif not info["config_matches_weights"]:
-        integrity = ("config hash MISMATCH: config.json is not the one these weights were saved with; "
-                     "WorldModel.from_pretrained will refuse it")
+        problems.append("config hash MISMATCH: config.json is not the one these weights were saved with")
+    if info["weights_hash"] == "mismatch":
+        problems.append("weights hash MISMATCH: the weights changed after they were saved (a damaged or edited file)")
+    bad = info["nonfinite_tensors"]
+    if bad:
+        problems.append(f"{len(bad)} tensor(s) hold NaN/inf: " + ", ".join(f"{k} ({n})" for k, n in list(bad.items())[:5])
+                        + (", ..." if len(bad) > 5 else ""))
+    if problems:
+        integrity = "; ".join(problems) + "; WorldModel.from_pretrained will refuse it"
+    elif info["weights_hash"] == "match":
+        integrity = "format, config hash and weights hash OK"
     else:
-        integrity = "format and config hash OK"
+        integrity = "format and config hash OK, no NaN/inf; no weights hash recorded (saved before weights were hashed)"
     lines = [
         f"{info['path']}: {files}",
         f"  weights: {dtypes}; {integrity}",

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 FORMAT_TAG = "neuralsim.world_model"
+#: Metadata key of the weights' content hash (:func:`weights_digest`), written by ``save_pretrained`` (checkpoints
+#: saved before it existed have none and still load).
+WEIGHTS_HASH_KEY = "weights_sha256"
 
 
 #: State-dict prefixes of the decoding half of the autoencoder (what ``neuralsim train --stage decoder`` trains).
@@ -60,6 +63,52 @@ class CheckpointError(ValueError):
 
 def config_digest(config_json: str) -> str:
     return hashlib.sha256(config_json.encode()).hexdigest()
+
+
+def weights_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of a state dict's content: each tensor's name, dtype, shape and bytes, in name order.
+
+    Independent of the safetensors file's layout, so it is computed before the file is written and stored in its
+    metadata (:data:`WEIGHTS_HASH_KEY`); any later change of a stored value changes it.
+    """
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def nonfinite_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Name -> number of NaN/inf values, for every floating-point tensor holding any (in name order)."""
+    out = {}
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.is_floating_point():
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                out[name] = bad
+    return out
+
+
+def check_weights(tensors: dict[str, torch.Tensor], meta: dict[str, str], where: str) -> None:
+    """Refuse weights holding NaN/inf, and weights whose content hash differs from the one saved with them.
+
+    Raises :class:`CheckpointError` naming the non-finite tensors (and their counts) or quoting both hashes.  A file
+    without a recorded hash (saved before ``save_pretrained`` wrote one) passes the hash check.
+    """
+    bad = nonfinite_tensors(tensors)
+    if bad:
+        listed = ", ".join(f"{k} ({n} of {tensors[k].numel()})" for k, n in list(bad.items())[:8])
+        more = f" and {len(bad) - 8} more" if len(bad) > 8 else ""
+        raise CheckpointError(f"{where}: {len(bad)} tensor(s) hold NaN or inf values: {listed}{more}; the weights "
+                              f"are corrupt (a diverged training run or a damaged file)")
+    saved = meta.get(WEIGHTS_HASH_KEY)
+    if saved is not None:
+        now = weights_digest(tensors)
+        if now != saved:
+            raise CheckpointError(f"{where}: the weights changed after they were saved ({WEIGHTS_HASH_KEY} "
+                                  f"{saved[:16]}... recorded, {now[:16]}... now); the file is damaged or was edited")
 
 
 @dataclass
@@ -528,6 +577,9 @@ class WorldModel(nn.Module):
     def save_pretrained(self, directory: str | os.PathLike, dtype: torch.dtype | None = None) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory`` (atomically per file).
 
+        The weights file's metadata holds the format tag, the config's hash and the weights' content hash
+        (:func:`weights_digest`), all checked by :meth:`from_pretrained` and ``neuralsim model info``.
+
         ``dtype`` (e.g. ``torch.float16``) stores the floating-point tensors at that precision, halving the
         file; :meth:`from_pretrained` casts them back to the model's float32.  Default: exact float32.
         """
@@ -541,7 +593,8 @@ class WorldModel(nn.Module):
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
         if dtype is not None:
             tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-        meta = {"format": FORMAT_TAG, "config_sha256": config_digest(cfg_json)}
+        meta = {"format": FORMAT_TAG, "config_sha256": config_digest(cfg_json),
+                WEIGHTS_HASH_KEY: weights_digest(tensors)}
         tmp_w, tmp_c = d / (WEIGHTS_NAME + ".tmp"), d / (CONFIG_NAME + ".tmp")
         save_file(tensors, str(tmp_w), metadata=meta)
         tmp_c.write_text(cfg_json)
@@ -551,7 +604,8 @@ class WorldModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, device: torch.device | str = "cpu") -> "WorldModel":
-        """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` if anything is off."""
+        """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` if anything is off
+        (missing or unreadable files, another config, NaN/inf weights, weights that differ from their saved hash)."""
         cfg_path, w_path, cfg_json, config = read_checkpoint_config(directory)
         tensors, meta = load_safetensors(w_path)
         if meta.get("format") != FORMAT_TAG:
@@ -559,6 +613,7 @@ class WorldModel(nn.Module):
         if meta.get("config_sha256") != config_digest(cfg_json):
             raise CheckpointError(f"{w_path} was written with a different config than {cfg_path} (config hash "
                                   f"mismatch); do not mix files of different checkpoints")
+        check_weights(tensors, meta, str(w_path))
         model = cls(config)
         load_state_strict(model, tensors, str(w_path))
         return model.to(device).eval()

@@ -47,7 +47,7 @@ def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint, tmp_path):
     assert info["inference"]["window"] == wm.config.window
     assert info["inference"]["schedule"] == list(wm.config.schedule)
     assert info["file_bytes"]["model.safetensors"] == (tiny_checkpoint / "model.safetensors").stat().st_size
-    assert "format and config hash OK" in format_checkpoint_info(info)
+    assert "format, config hash and weights hash OK" in format_checkpoint_info(info)
     assert info["architecture"]["wrist_rays"] is False and "wrist camera rays" not in format_checkpoint_info(info)
     assert info["architecture"]["gripper_conditioning"] == "measured"
     assert info["architecture"]["arm_conditioning"] == "measured"
