@@ -1,8 +1,10 @@
 """A content-addressed disk cache of validated judge answers, so re-scoring costs nothing.
 
 The key is a SHA-256 over everything that determines the answer: rubric text, backend, model,
-generation settings, the prompt (which contains the instruction) and the bytes of every image
-shown.  API keys, base URLs and headers never enter the key or the stored entry.  Only answers that
+generation settings, the endpoint (a ``base_url`` other than the provider's default, normalised and
+without credentials or query: two servers serving the same model name do not share answers), the
+prompt (which contains the instruction) and the bytes of every image shown.  API keys and headers
+never enter the key, and neither they nor the endpoint enter the stored entry.  Only answers that
 passed validation are stored.  Entries are small JSON files written atomically (write + rename), so
 concurrent workers can share one directory.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -59,6 +60,24 @@ class Backend(abc.ABC):
 
     def cost(self, reply: BackendReply) -> float | None:
         return cost_usd(self.price, reply.input_tokens, reply.output_tokens)
+
+
+def endpoint_identity(base_url: str | None, default: str) -> dict[str, str]:
+    """The endpoint's part of a backend's cache identity: ``{"endpoint": url}``, or ``{}`` for the provider's
+    ``default`` endpoint (so answers cached from the official API keep their keys).
+
+    The URL is normalised (scheme and host lower-cased, trailing ``/`` dropped) and loses its credentials, query
+    and fragment, which never enter a cache key: two servers serving the same model name under different
+    endpoints get different keys, two spellings of one endpoint the same.
+    """
+    def norm(url: str) -> str:
+        u = urlsplit(url.strip())
+        host = (u.hostname or "") + (f":{u.port}" if u.port is not None else "")
+        return f"{u.scheme.lower()}://{host}{u.path.rstrip('/')}"
+
+    if base_url is None or norm(base_url) == norm(default):
+        return {}
+    return {"endpoint": norm(base_url)}
 
 
 def scrub(message: str, *secrets: str | None) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from judges.backends.base import Backend, BackendReply, scrub
+from judges.backends.base import Backend, BackendReply, endpoint_identity, scrub
 from judges.judgement import (
     InvalidAnswerError,
     MissingAPIKeyError,
@@ -28,6 +28,8 @@ from judges.sampling import encode_image
 logger = logging.getLogger(__name__)
 
 API_KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+#: The endpoint google-genai talks to without a ``base_url``.
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 TRANSIENT_STATUS = (408, 409, 429)
 _TRANSIENT_NAMES = ("Timeout", "Connect", "Network", "RemoteProtocol", "ReadError", "WriteError")
 
@@ -100,7 +102,7 @@ class GeminiBackend(Backend):
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "temperature": self.temperature,
                 "max_output_tokens": self.max_output_tokens, "image_format": self.image_format,
-                "json_mode": self.json_mode}
+                "json_mode": self.json_mode, **endpoint_identity(self.base_url, DEFAULT_BASE_URL)}
 
     def generate(self, *, system: str, prompt: str, images: Sequence[np.ndarray],
                  json_schema: dict[str, Any] | None, timeout_s: float) -> BackendReply:

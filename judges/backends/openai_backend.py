@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from judges.backends.base import Backend, BackendReply, scrub
+from judges.backends.base import Backend, BackendReply, endpoint_identity, scrub
 from judges.judgement import (
     InvalidAnswerError,
     MissingAPIKeyError,
@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
+#: The endpoint the official client talks to without a ``base_url``.
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 JSON_MODES = ("schema", "object", "none")
 TRANSIENT_STATUS = (408, 409, 429)
 
@@ -102,7 +104,8 @@ class OpenAIBackend(Backend):
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "temperature": self.temperature,
                 "max_tokens": self.max_tokens, "image_detail": self.image_detail,
-                "image_format": self.image_format, "json_mode": self.json_mode}
+                "image_format": self.image_format, "json_mode": self.json_mode,
+                **endpoint_identity(self.base_url, DEFAULT_BASE_URL)}
 
     def _image_part(self, image: np.ndarray) -> dict[str, Any]:
         mime = "image/png" if self.image_format == "png" else "image/jpeg"
