@@ -225,6 +225,8 @@ class EpisodeResult:
         instruction: the instruction the policy was given.
         num_queries: policy ``infer`` calls.
         infer_seconds: wall time spent in ``infer``.
+        error: None for an episode that ran; for the partial episode :func:`run_episode` attaches to an
+            exception that stopped it (``err.partial_episode``), that exception as ``"Type: message"``.
     """
 
     episode: Any
@@ -237,6 +239,7 @@ class EpisodeResult:
     instruction: str
     num_queries: int
     infer_seconds: float
+    error: str | None = None
 
 
 def run_episode(env: Any, policy: Policy | ChunkedController, max_steps: int | None = None,
@@ -254,6 +257,13 @@ def run_episode(env: Any, policy: Policy | ChunkedController, max_steps: int | N
         seed, options: passed to ``env.reset``.
         instruction: overrides ``info["instruction"]`` from the reset.
         callback: ``callback(step, obs, reward, info)`` after every step.
+
+    Raises:
+        whatever the policy, the env or ``callback`` raises mid-episode (a policy server that went away:
+        :class:`~policies.openpi_client.PolicyConnectionError`), with the episode so far attached as
+        ``err.partial_episode``: an :class:`EpisodeResult` of the steps taken (the env's record with the frames
+        so far, the actions sent, the policy's query count and time, ``error`` naming the exception), so that a
+        benchmark can record the failed episode.
     """
     controller = policy if isinstance(policy, ChunkedController) else ChunkedController(policy, replan_every)
     check_action_mode(env, controller)
@@ -268,18 +278,30 @@ def run_episode(env: Any, policy: Policy | ChunkedController, max_steps: int | N
         raise ValueError(f"the env's reset info has no 'instruction' (keys {sorted(info)}); pass instruction=...")
     controller.reset(text)
     reward, steps, terminated, truncated, actions = 0.0, 0, False, False, []
-    while steps < limit and not (terminated or truncated):
-        action = controller.act(obs)
-        obs, r, terminated, truncated, info = env.step(action)
-        reward += float(r)
-        actions.append(action)
-        steps += 1
-        if callback is not None:
-            callback(steps, obs, float(r), info)
-    base = getattr(env, "unwrapped", env)
-    record = base.episode() if callable(getattr(base, "episode", None)) else None
-    return EpisodeResult(
-        episode=record, info=dict(info), reward=reward, steps=steps, terminated=bool(terminated),
-        truncated=bool(truncated),
-        actions=np.stack(actions) if actions else np.zeros((0, ACTION_DIM), np.float32),
-        instruction=text, num_queries=controller.num_queries, infer_seconds=controller.infer_seconds)
+
+    def result(error: BaseException | None = None) -> EpisodeResult:
+        base = getattr(env, "unwrapped", env)
+        record = base.episode() if callable(getattr(base, "episode", None)) else None
+        return EpisodeResult(
+            episode=record, info=dict(info), reward=reward, steps=steps, terminated=bool(terminated),
+            truncated=bool(truncated),
+            actions=np.stack(actions) if actions else np.zeros((0, ACTION_DIM), np.float32),
+            instruction=text, num_queries=controller.num_queries, infer_seconds=controller.infer_seconds,
+            error=None if error is None else f"{type(error).__name__}: {error}")
+
+    try:
+        while steps < limit and not (terminated or truncated):
+            action = controller.act(obs)
+            obs, r, terminated, truncated, info = env.step(action)
+            reward += float(r)
+            actions.append(action)
+            steps += 1
+            if callback is not None:
+                callback(steps, obs, float(r), info)
+    except Exception as e:
+        try:
+            e.partial_episode = result(e)
+        except Exception as inner:  # noqa: BLE001 -- the env cannot give its record; the original error matters
+            log.warning("could not record the partial episode: %s: %s", type(inner).__name__, inner)
+        raise
+    return result()

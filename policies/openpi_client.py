@@ -56,7 +56,13 @@ _NDARRAY, _NPGENERIC = b"__ndarray__", b"__npgeneric__"
 
 
 class PolicyConnectionError(ConnectionError):
-    """The policy server cannot be reached, or the connection to it was lost."""
+    """The policy server cannot be reached, or the connection to it was lost.
+
+    Raised during :func:`~policies.base.run_episode`, it carries the episode so far as ``partial_episode`` (an
+    :class:`~policies.base.EpisodeResult`); None otherwise.
+    """
+
+    partial_episode = None
 
 
 class PolicyTimeoutError(PolicyConnectionError, TimeoutError):

@@ -392,6 +392,29 @@ def test_server_error_reaches_the_client_and_server_keeps_serving():
         OpenPIClient("127.0.0.1", server.port).close()  # a new connection still gets its metadata
 
 
+def test_a_server_dying_mid_episode_leaves_the_partial_episode_on_the_error():
+    from neuralsim.envs.sim_droid import SimDROIDEnv
+
+    server = PolicyServer(RecordingPolicy(horizon=10), port=0).start()
+    env = SimDROIDEnv(reward_fn=None, max_episode_steps=20)
+
+    def kill_at_step_6(step, obs, reward, info):
+        if step == 6:
+            server.shutdown()  # the next query, at step 8, finds no server
+
+    with OpenPIClient("127.0.0.1", server.port) as client:
+        with pytest.raises(PolicyConnectionError) as err:
+            run_episode(env, client, replan_every=4, seed=0, callback=kill_at_step_6)
+    partial = err.value.partial_episode
+    assert partial.steps == 8 and not (partial.terminated or partial.truncated)
+    assert partial.actions.shape == (8, 8) and partial.num_queries == 2 and partial.infer_seconds > 0
+    np.testing.assert_allclose(partial.actions[:, 1], [0, 0.01, 0.02, 0.03] * 2, atol=1e-7)  # rows 0-3 of 2 chunks
+    assert partial.episode.num_frames == 9 and partial.episode.actions.shape == (8, 8)  # frames so far
+    assert partial.info["rubric_level"] == env.ground_truth()["rubric_level"]
+    assert partial.error.startswith("PolicyConnectionError:") and partial.instruction == partial.episode.instruction
+    env.close()
+
+
 def test_server_gone_and_unreachable():
     server = PolicyServer(RecordingPolicy(), port=0).start()
     client = OpenPIClient("127.0.0.1", server.port)
