@@ -16,7 +16,10 @@ Two layouts are recognised automatically (:func:`detect_layout`):
   subsamples ``joint_position`` at the same steps, and uses as the action of frame ``i`` the **mean**
   of the 15 Hz actions ``3 i .. 3 i + 2`` (the command over the interval to the next frame).  Frames
   are resized to ``image_size`` x ``image_size`` with ffmpeg's area filter (the 5:3 aspect is not
-  kept; the world model wants square views).  Episodes carry ``fps = 5``.
+  kept; the world model wants square views).  Episodes carry ``fps = 5``.  Ctrl-World also publishes a
+  *video-rate* layout (``joints`` and ``states`` per video frame, no ``raw_length``, ``observation.state.*``
+  or ``action.*``): it has no commands to take the actions from, so it is refused with a
+  :class:`DatasetError` naming the missing keys (:data:`DROID_REAL_KEYS`).
 
 :class:`ClipDataset` cuts every episode into fixed windows of ``clip_length`` frames (start ``0,
 stride, 2 stride, ...`` plus one window ending at the last frame), so ``dataset[i]`` is the same clip
@@ -54,6 +57,9 @@ LAYOUTS = ("simdroid", "droid_real")
 #: Real DROID sample: video file name per view (checked, see the module docstring).
 DROID_REAL_VIEW_FILES = {"exterior_image_1_left": "0", "exterior_image_2_left": "1", "wrist_image_left": "2"}
 DROID_REAL_SPLITS = ("train", "val")
+#: Keys a real DROID annotation file must hold: the video-rate ``states`` and the 15 Hz robot state and commands.
+DROID_REAL_KEYS = ("video_length", "raw_length", "states", "videos", "observation.state.cartesian_position",
+                   "observation.state.joint_position", "action.joint_velocity", "action.gripper_position")
 DROID_CONTROL_HZ = 15.0
 
 
@@ -127,7 +133,7 @@ def _droid_real_records(root: Path, split: str | None) -> list[dict[str, Any]]:
     for s in DROID_REAL_SPLITS if split is None else (split,):
         files = sorted((root / "annotation" / s).glob("*.json"), key=lambda p: (len(p.stem), p.stem))
         for f in files:
-            ann = _read_json(f)
+            ann = _read_droid_annotation(f)
             texts = [t for t in ann.get("texts", []) if t]
             records.append({"episode_index": len(records), "id": f"{s}/{f.stem}", "split": s,
                             "instruction": texts[0] if texts else "", "success": bool(ann.get("success", 0)),
@@ -327,7 +333,7 @@ def _warm_one(job: tuple[str, int, int | None]) -> None:
 
 def _load_droid_real(root: Path, record: dict, image_size: int | None) -> LoadedEpisode:
     split, ep_id = record["id"].split("/")
-    ann = _read_json(root / "annotation" / split / f"{ep_id}.json")
+    ann = _read_droid_annotation(root / "annotation" / split / f"{ep_id}.json")
     states = np.asarray(ann["states"], np.float32)  # (L, 7): cartesian (6) + gripper at video frame times
     raw_cart = np.asarray(ann["observation.state.cartesian_position"], np.float32)
     raw_len, length = len(raw_cart), len(states)
@@ -352,6 +358,20 @@ def _load_droid_real(root: Path, record: dict, image_size: int | None) -> Loaded
                          gripper_position=states[:n, 6:7].copy(), cartesian_position=states[:n, :6].copy(),
                          actions=actions[:n], fps=DROID_CONTROL_HZ / stride,
                          record={**record, "fps": DROID_CONTROL_HZ / stride, "raw_stride": stride})
+
+
+def _read_droid_annotation(path: Path) -> dict:
+    """A real DROID annotation file, refused with a :class:`DatasetError` naming what it lacks of :data:`DROID_REAL_KEYS`."""
+    ann = _read_json(path)
+    missing = [k for k in DROID_REAL_KEYS if k not in ann]
+    if missing:
+        why = ""
+        if "joints" in ann and "states" in ann:
+            why = (" It is Ctrl-World's video-rate layout (`joints` and `states` per video frame): the reader needs the "
+                   "15 Hz robot state and commands, since each frame's action is the mean of the 15 Hz "
+                   "`action.joint_velocity` / `action.gripper_position` until the next frame, and this layout has none.")
+        raise DatasetError(f"{str(path)!r} lacks {missing} (has {sorted(ann)}).{why}")
+    return ann
 
 
 def _droid_real_stride(raw_cart: np.ndarray, states: np.ndarray) -> int:
