@@ -3,9 +3,11 @@
 Usage:
     python -m benchmarks.expert_success --episodes 50            # >= 50 seeded episodes per family
     python -m benchmarks.expert_success --quick                  # 5 per family, clean only
+    python -m benchmarks.expert_success --scene legible          # SimDROID-v1's scene
 
 Seeds are ``seed0 + i``; the verdict is the simulator's ground truth at the end of the episode.
-Writes ``benchmarks/results/expert_success.json`` (``--quick``: ``expert_success_quick.json``) and prints a table.
+Writes ``benchmarks/results/expert_success.json`` (``--scene legible``: ``expert_success_legible.json``; ``--quick``
+adds ``_quick``) and prints a table.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from tqdm import tqdm
 from .results_path import out_help, results_path
 
 
-def measure(episodes: int, failures: list[str | None], seed0: int = 0, noise: float = 0.0) -> dict:
+def measure(episodes: int, failures: list[str | None], seed0: int = 0, noise: float = 0.0,
+            scene: str = "classic") -> dict:
     from neuralsim.envs.experts import run_expert_episode
     from neuralsim.envs.sim_droid import TASK_FAMILIES, SimDROIDEnv
 
-    env = SimDROIDEnv()
+    env = SimDROIDEnv(scene=scene)
     rows = {}
     t0 = time.perf_counter()
     total_steps = 0
@@ -46,7 +49,7 @@ def measure(episodes: int, failures: list[str | None], seed0: int = 0, noise: fl
             }
     env.close()
     seconds = time.perf_counter() - t0
-    return {"episodes_per_family": episodes, "seed0": seed0, "noise": noise, "rows": rows,
+    return {"scene": scene, "episodes_per_family": episodes, "seed0": seed0, "noise": noise, "rows": rows,
             "seconds": seconds, "steps_per_second": total_steps / seconds}
 
 
@@ -60,12 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.0)
     p.add_argument("--failures", action="store_true", help="also run every failure mode")
     p.add_argument("--quick", action="store_true", help="5 episodes per family, clean only")
+    p.add_argument("--scene", choices=("classic", "legible"), default="classic",
+                   help="SimDROID scene: classic (SimDROID-v0, default) or legible (SimDROID-v1)")
     p.add_argument("--out", default=None, help=out_help("expert_success"))
     a = p.parse_args(argv)
-    a.out = str(results_path("expert_success", a.quick, a.out))
+    name = "expert_success" if a.scene == "classic" else f"expert_success_{a.scene}"
+    a.out = str(results_path(name, a.quick, a.out))
     episodes = 5 if a.quick else a.episodes
     failures = [None] + (list(FAILURE_MODES) if a.failures and not a.quick else [])
-    res = measure(episodes, failures, a.seed, a.noise)
+    res = measure(episodes, failures, a.seed, a.noise, a.scene)
     print(f"{'expert':16s} {'family':12s} {'success':>8s} {'steps':>6s}  failed seeds")
     for r in res["rows"].values():
         print(f"{r['failure'] or 'clean':16s} {r['family']:12s} {r['success_rate']:8.2f} {r['mean_steps']:6.0f}  "

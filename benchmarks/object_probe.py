@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from neuralsim.world_model.focus import exterior_camera_frames as camera_frames
-from neuralsim.world_model.focus import project_exterior as project
+from neuralsim.envs.scene import exterior_camera_frames as camera_frames
+from neuralsim.envs.scene import project_exterior as project
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +59,13 @@ TOLERANCE_M = 0.05
 
 
 # ---------------------------------------------------------------------------------------------- cameras
-# camera_frames() and project(): the exterior cameras' geometry is the package's, imported above (the DiT's
-# focus masks project through the same cameras).
+# camera_frames() and project(): the exterior cameras' geometry is the scene's (neuralsim.envs.scene), imported above.
 
 
-def triangulate(uv: np.ndarray) -> np.ndarray:
-    """Image points (N, 2 views, 2) in [-1, 1] -> world points (N, 3): midpoint of the rays' closest approach."""
-    pos, basis, tans = camera_frames()
+def triangulate(uv: np.ndarray, scene: str = "classic") -> np.ndarray:
+    """Image points (N, 2 views, 2) in [-1, 1] of ``scene``'s exterior cameras -> world points (N, 3): midpoint of
+    the rays' closest approach."""
+    pos, basis, tans = camera_frames(scene)
     col, row = uv[..., 0] * tans, -uv[..., 1] * tans  # (N, 2)
     dirs = (col[..., None] * basis[None, :, 0] + row[..., None] * basis[None, :, 1] + basis[None, :, 2])
     dirs /= np.linalg.norm(dirs, axis=-1, keepdims=True)  # (N, 2, 3)
@@ -88,6 +88,9 @@ class ProbeConfig:
     """Side of the exterior views it reads (other sizes are resized first)."""
     width: int = 24
     """Channels of the convolutional trunk."""
+    scene: str = "classic"
+    """The SimDROID scene (``neuralsim.envs.scene.SCENES``) whose renders it reads and whose cameras it triangulates
+    through."""
 
 
 def make_probe(config: ProbeConfig):
@@ -158,7 +161,7 @@ def locate(probe, views: np.ndarray, rgb: np.ndarray, batch: int = 256) -> np.nd
         for i in range(0, len(views), batch):
             logits = probe(_views_tensor(views[i:i + batch], probe.config.image_size),
                            torch.as_tensor(rgb[i:i + batch], dtype=torch.float32))
-            out.append(triangulate(expected_points(logits).double().numpy()))
+            out.append(triangulate(expected_points(logits).double().numpy(), probe.config.scene))
     return np.concatenate(out) if out else np.zeros((0, 3))
 
 
@@ -175,7 +178,7 @@ def colour_rgb(cube: str) -> np.ndarray:
 
 
 def collect_samples(num_episodes: int, seed: int = PROBE_SEED, stride: int = 4, max_steps: int = 150,
-                    image_size: int = 64, progress: bool = True) -> dict[str, np.ndarray]:
+                    image_size: int = 64, progress: bool = True, scene: str = "classic") -> dict[str, np.ndarray]:
     """Expert rollouts (even episodes ``"train"``, odd ``"ood"`` distribution): exterior views (N, 2, S, S, 3),
     cube colours (N, C, 3), cube positions (N, C, 3) and episode ids (N,), every ``stride``-th frame and
     every frame after the expert is done (the end states the benchmark probes: cubes in the bowl, on
@@ -187,11 +190,10 @@ def collect_samples(num_episodes: int, seed: int = PROBE_SEED, stride: int = 4, 
     from tqdm import tqdm
 
     from neuralsim.data.generate import SETTLE_STEPS, plan_episode
-    from neuralsim.envs import scene as S
     from neuralsim.envs.experts import ScriptedExpert
     from neuralsim.envs.sim_droid import TASK_FAMILIES, SimDROIDEnv
 
-    envs = {d: SimDROIDEnv(image_size=image_size, reward_fn=None, distribution=d) for d in ("train", "ood")}
+    envs = {d: SimDROIDEnv(image_size=image_size, reward_fn=None, distribution=d, scene=scene) for d in ("train", "ood")}
     views, colours, xyz, episode = [], [], [], []
     try:
         for i in tqdm(range(num_episodes), disable=not progress, desc="probe renders", unit="ep"):
@@ -205,7 +207,7 @@ def collect_samples(num_episodes: int, seed: int = PROBE_SEED, stride: int = 4, 
             def keep(o):
                 views.append(np.stack([o[v] for v in EXTERIOR_VIEWS]))
                 colours.append(rgb)
-                xyz.append(np.stack([env.cube_position(j) for j in range(S.NUM_CUBES)]))
+                xyz.append(np.stack([env.cube_position(j) for j in range(env.scene.num_cubes)]))
                 episode.append(i)
 
             steps, settle, kept = 0, 0, -1
@@ -307,7 +309,7 @@ def train(samples: dict[str, np.ndarray], steps: int = 3000, batch_size: int = 3
     decoded = _views_tensor(samples["decoded_views"], cfg.image_size) if has_decoded else None
     colours = torch.from_numpy(samples["colours"])
     n, n_cubes = samples["xyz"].shape[:2]
-    uv = torch.from_numpy(project(samples["xyz"].reshape(-1, 3)).reshape(n, n_cubes, 2, 2)).float()
+    uv = torch.from_numpy(project(samples["xyz"].reshape(-1, 3), cfg.scene).reshape(n, n_cubes, 2, 2)).float()
     half = cfg.image_size // 2
     opt = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1), pct_start=0.1)
@@ -380,14 +382,14 @@ def load(directory: str | Path):
 
 
 def build(directory: str | Path, episodes: int = 80, steps: int = 3000, progress: bool = True,
-          decoded_from: str | Path | None = None):
+          decoded_from: str | Path | None = None, scene: str = "classic"):
     """Render training data in SimDROID, train the probe and save it; returns (probe, report).
 
     ``decoded_from`` (a world-model directory or hub id) adds its autoencoder's round trip of every render
     to the training data (:func:`add_round_trip`); None trains on raw renders only.
     """
     t0 = time.perf_counter()
-    samples = collect_samples(episodes, progress=progress)
+    samples = collect_samples(episodes, progress=progress, scene=scene)
     decoder: dict[str, Any] = {}
     if decoded_from is not None:
         from neuralsim.world_model.model import WorldModel
@@ -396,7 +398,8 @@ def build(directory: str | Path, episodes: int = 80, steps: int = 3000, progress
         samples = add_round_trip(samples, wm, progress=progress)
         decoder = {"decoded_from": str(decoded_from),
                    "decoder_reconstruction_steps": wm.config.recipe.get("decoder_reconstruction_steps")}
-    probe, report = train(samples, steps=steps, progress=progress)
+    config = ProbeConfig(image_size=int(samples["views"].shape[2]), scene=scene)
+    probe, report = train(samples, steps=steps, progress=progress, config=config)
     report.update(episodes=episodes, seed_start=PROBE_SEED, **decoder, seconds=round(time.perf_counter() - t0, 1))
     save(probe, directory, report)
     probe.report = report
@@ -413,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decoded-from", default=None, metavar="WORLD_MODEL",
                    help="also train on each render's round trip through this world model's autoencoder "
                         "(e.g. neuralsim/assets/world_model; default: raw renders only)")
+    p.add_argument("--scene", choices=("classic", "legible"), default="classic",
+                   help="SimDROID scene of the renders: classic (SimDROID-v0, default) or legible (SimDROID-v1)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)
@@ -421,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    _, rep = build(args.out, args.episodes, args.steps, args.progress, decoded_from=args.decoded_from)
+    _, rep = build(args.out, args.episodes, args.steps, args.progress, decoded_from=args.decoded_from,
+                   scene=args.scene)
     for prefix, what in (("val", "renders"), ("val_decoded", "decoded renders")):
         if f"{prefix}_xy_error_m_mean" in rep:
             print(f"probe saved to {args.out}: validation xy error on {what} "

@@ -27,6 +27,7 @@ examples:
   neuralsim demo --seed 3 --task stack --failure weak_grip
   neuralsim data generate data/simdroid --episodes 600 --workers 2
   neuralsim data generate data/simdroid_ood --episodes 30 --seed 2000000 --ood   # out-of-distribution split
+  neuralsim data generate data/legible --episodes 600 --workers 2 --scene legible  # SimDROID-v1's scene
   neuralsim data info data/simdroid
   neuralsim data info ../shared/data/droid_real          # the real DROID sample reads the same way
   neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000
@@ -204,6 +205,9 @@ def _add_data(sub) -> None:
     g.add_argument("--ood", action="store_true",
                    help="out-of-distribution split: cube colours outside the training palette and the target "
                         "cube outside the training region (SimDROIDEnv(distribution='ood'))")
+    g.add_argument("--scene", choices=("classic", "legible"), default="classic",
+                   help="SimDROID scene: classic (SimDROID-v0, default) or legible (SimDROID-v1: 6 cm cubes, "
+                        "cameras that frame the workspace)")
     g.add_argument("--full-horizon", action="store_true",
                    help="run every episode to --max-steps, the arm holding still once the expert is done (as in an "
                         "env rollout), instead of stopping a few settle steps after it is done")
@@ -238,7 +242,7 @@ def _run_generate(args: argparse.Namespace) -> int:
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
                        max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood,
                        frames_format=args.frames_format, actor=args.actor, perturbation=args.perturbation,
-                       severity=args.severity,
+                       severity=args.severity, scene=args.scene,
                        **({"settle_steps": args.max_steps} if args.full_horizon else {}))
     print(summary.format())
     return 0

@@ -73,10 +73,11 @@ log = logging.getLogger(__name__)
 SETTLE_STEPS = 5
 #: Parameters that define a dataset's episodes; a resume must match all of them.
 GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert",
-                   "distribution", "actor", "perturbation", "severity")
+                   "distribution", "actor", "perturbation", "severity", "scene")
 #: Values of generation parameters that datasets written before the parameter existed implicitly used
 #: (such parameters are also left out of ``meta/info.json`` when they have this value).
-GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert", "perturbation": None, "severity": None}
+GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert", "perturbation": None, "severity": None,
+                       "scene": "classic"}
 EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
 #: Who acts in the episodes: the scripted expert, or a no-skill baseline (see :class:`IdleActor`,
 #: :class:`RandomActor`) that labels what doing nothing, or flailing, looks like.
@@ -255,7 +256,7 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
 
     distribution = params.get("distribution", "train")
     actor = params.get("actor", "expert")
-    env = _worker_env(params["image_size"], distribution)
+    env = _worker_env(params["image_size"], distribution, params.get("scene", "classic"))
     if params.get("perturbation"):  # the clean expert acts; its actions then go through the wrapper
         plan = replace(plan, failure=None)
     if actor == "expert":
@@ -297,15 +298,16 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
 _ENV = None
 
 
-def _worker_env(image_size: int, distribution: str = "train"):
+def _worker_env(image_size: int, distribution: str = "train", scene: str = "classic"):
     """The process's SimDROID env (one per worker, created on first use)."""
     global _ENV
-    if _ENV is None or _ENV.image_size != image_size or _ENV.distribution != distribution:
+    if _ENV is None or _ENV.image_size != image_size or _ENV.distribution != distribution \
+            or _ENV.scene.name != scene:
         from ..envs.sim_droid import SimDROIDEnv
 
         if _ENV is not None:
             _ENV.close()
-        _ENV = SimDROIDEnv(image_size=image_size, reward_fn=None, distribution=distribution)
+        _ENV = SimDROIDEnv(image_size=image_size, reward_fn=None, distribution=distribution, scene=scene)
     return _ENV
 
 
@@ -377,7 +379,7 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
              noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
              max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
              settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4", actor: str = "expert",
-             perturbation: str | None = None, severity: float = 0.5) -> GenerationSummary:
+             perturbation: str | None = None, severity: float = 0.5, scene: str = "classic") -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -404,6 +406,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
             every episode is the clean expert's actions replayed through that wrapper (module docstring),
             run to ``max_steps``; ``failure_share`` is ignored.  None: plain episodes.
         severity: the perturbation's severity in [0, 1] (the optimism-bias benchmark uses 0.5).
+        scene: the SimDROID scene (:data:`neuralsim.envs.scene.SCENES`): ``"classic"`` (``SimDROID-v0``) or
+            ``"legible"`` (``SimDROID-v1``).
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -428,6 +432,12 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
               "expert": EXPERT_NAME}
     if ood:
         params["distribution"] = "ood"
+    from ..envs.scene import SCENES
+
+    if scene not in SCENES:
+        raise ValueError(f"unknown scene {scene!r}; expected one of {sorted(SCENES)}")
+    if scene != "classic":
+        params["scene"] = scene
     if actor not in ACTORS:
         raise ValueError(f"actor must be one of {ACTORS}, got {actor!r}")
     if actor != "expert":

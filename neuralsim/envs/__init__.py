@@ -1,4 +1,5 @@
-"""Gymnasium environments: ``SimDROID-v0`` (MuJoCo) and ``NeuralDROID-v0`` (world model).
+"""Gymnasium environments: ``SimDROID-v0`` and ``SimDROID-v1`` (MuJoCo; the classic and the legible scene) and
+``NeuralDROID-v0`` (world model).
 
 Both are registered with lazy entry points, so ``import neuralsim`` stays cheap (no MuJoCo, no torch).
 
@@ -24,6 +25,14 @@ def register_envs() -> None:
         gym.register(
             id="SimDROID-v0",
             entry_point="neuralsim.envs.sim_droid:SimDROIDEnv",
+            max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
+            disable_env_checker=True,
+        )
+    if "SimDROID-v1" not in gym.registry:
+        gym.register(
+            id="SimDROID-v1",
+            entry_point="neuralsim.envs.sim_droid:SimDROIDEnv",
+            kwargs={"scene": "legible"},
             max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
             disable_env_checker=True,
         )

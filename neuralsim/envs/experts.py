@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import scene as S
-from .sim_droid import REALISED_STEP_PER_V, SimDROIDEnv
+from .sim_droid import PUSH_START_BEHIND, REALISED_STEP_PER_V, SimDROIDEnv
 
 FAILURE_MODES = ("missed_grasp", "weak_grip", "early_release", "overshoot", "wrist_tilt", "oscillation")
 
@@ -185,16 +185,16 @@ class ScriptedExpert:
         grasp_xy = cube[:2] + (0.045 * np.array([np.cos(self._yaw + np.pi / 2), np.sin(self._yaw + np.pi / 2)])
                                if f == "missed_grasp" else 0.0)
         if not hasattr(self, "_grasp_point") or self._phase == 0:
-            self._grasp_point = np.array([grasp_xy[0], grasp_xy[1], S.CUBE_SIZE / 2 + 0.005])
+            self._grasp_point = np.array([grasp_xy[0], grasp_xy[1], env.scene.cube_size / 2 + 0.005])
         gp = self._grasp_point
         goal = self._goal_xy()
         if f == "overshoot":
             d = goal - gp[:2]
             goal = goal + 0.12 * d / (np.linalg.norm(d) + 1e-9)
         if t.family == "stack":
-            place_z = env.cube_position(t.base)[2] + S.CUBE_SIZE + 0.004
+            place_z = env.cube_position(t.base)[2] + env.scene.cube_size + 0.004
         else:
-            place_z = S.CUBE_SIZE / 2 + 0.03
+            place_z = env.scene.cube_size / 2 + 0.03
         ph = self._phase
         if ph == 0:  # above the cube, gripper open
             p = np.array([gp[0], gp[1], CARRY_HEIGHT])
@@ -248,7 +248,7 @@ class ScriptedExpert:
         R = self._target_rotation(yaw)
         self._grip = 1.0
         z_push = 0.03
-        behind = 0.075
+        behind = env.scene.cube_size / 2 + PUSH_START_BEHIND
         goal = pad + (0.12 * d if f == "overshoot" else 0.0)
         ph = self._phase
         if ph == 0:  # above the start point behind the cube
@@ -274,7 +274,7 @@ class ScriptedExpert:
                 self._push_len = dist
                 p = np.array([tcp[0] - 0.03 * dd[0], tcp[1] - 0.03 * dd[1], 0.12])
                 return p, R, MAX_LINEAR_STEP
-            aim = cube[:2] - (S.CUBE_SIZE / 2 + 0.012) * dd + 0.06 * dd + self._lateral
+            aim = cube[:2] - (env.scene.cube_size / 2 + 0.012) * dd + 0.06 * dd + self._lateral
             p = np.array([aim[0], aim[1], z_push])
             pushed = float(np.dot(cube[:2] - self._push_start, d))
             stop = (f == "weak_grip" and pushed > 0.5 * self._push_len) or \

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,18 +28,8 @@ from neuralsim import kinematics as K
 # chose another backend (``osmesa``, ``glfw``).  Must be set before ``mujoco`` is imported.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-#: Edge length of the manipulable cubes [m].
-CUBE_SIZE = 0.05
-#: Number of cubes in the scene (the episode's target, a second cube for stacking, distractors).
-NUM_CUBES = 3
 #: Table top height [m] in the robot base frame (the base stands on the floor beside the table).
 TABLE_HEIGHT = 0.0
-#: Bowl geometry: inner half-extent [m], wall height [m], wall thickness [m].
-BOWL_HALF = 0.065
-BOWL_WALL_H = 0.045
-BOWL_WALL_T = 0.008
-#: Target pad half-extent [m].
-PAD_HALF = 0.07
 #: Physics steps per 1/15 s control period.
 SUBSTEPS = 32
 TIMESTEP = 1.0 / (K.CONTROL_HZ * SUBSTEPS)
@@ -49,12 +39,98 @@ FINGER_OPEN = 0.04
 CAMERA_NAMES = ("exterior_1", "exterior_2", "wrist")
 #: The hand body's quaternion in the flange frame (a turn of ``K.HAND_YAW`` about z).
 _HAND_QUAT = f"{math.cos(K.HAND_YAW / 2):.6g} 0 0 {math.sin(K.HAND_YAW / 2):.6g}"
-#: Exterior cameras: (position, look-at point, vertical field of view [deg]).  Like DROID's two
-#: side cameras they stand beside and slightly behind the workspace and see the arm and the table.
-EXTERIOR_CAMERAS = {
-    "exterior_1": ((0.20, 0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
-    "exterior_2": ((0.20, -0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
-}
+
+
+@dataclass(frozen=True)
+class SceneConfig:
+    """Object sizes, layout ranges and exterior cameras of one SimDROID scene (all lengths in metres).
+
+    Two scenes are defined, :data:`CLASSIC` (``SimDROID-v0``, the scene the shipped world model is trained on)
+    and :data:`LEGIBLE` (``SimDROID-v1``); :data:`SCENES` maps their names to them.
+    """
+
+    #: Name of the scene (``SCENES`` key), recorded in every episode's metadata.
+    name: str
+    #: Edge length of the manipulable cubes.
+    cube_size: float
+    #: Number of cubes: the episode's target, the base for stacking, distractors.
+    num_cubes: int
+    #: Bowl inner half-extent, wall height and wall thickness.
+    bowl_half: float
+    bowl_wall_h: float
+    bowl_wall_t: float
+    #: Target pad half-extent.
+    pad_half: float
+    #: Where cube centres are drawn in the training distribution: ((x low, x high), (y low, y high)).
+    cube_region: tuple
+    #: ``distribution="ood"``: the target cube lies in this box but outside ``cube_region`` grown by ``ood_margin``.
+    ood_target_region: tuple
+    ood_margin: float
+    #: Bowl and pad centres: x range, and |y| range (they stand on opposite sides of the robot's axis).
+    fixture_x: tuple
+    fixture_abs_y: tuple
+    #: Smallest centre distance between two cubes.
+    cube_spacing: float
+    #: Smallest max-norm distance from a cube's centre to the bowl's inner edge, and to the pad's edge.
+    bowl_clearance: float
+    pad_clearance: float
+    #: Pushing: half-width of the corridor from behind the target to the pad that distractors keep free.
+    push_corridor: float
+    #: Pushing: smallest max-norm distance from the point the pusher starts at (behind the target, away from the
+    #: pad) to the bowl's outer edge, so the hand does not come down on the bowl; None: not checked.
+    push_start_clearance: float | None
+    #: Exterior cameras: name -> (position, look-at point, vertical field of view [deg]).
+    exterior_cameras: dict = field(hash=False)
+
+    @property
+    def bowl_outer_half(self) -> float:
+        """Half-extent of the bowl's outside walls."""
+        return self.bowl_half + 2 * self.bowl_wall_t
+
+
+#: The scene of ``SimDROID-v0``: 5 cm cubes seen by two side cameras with a 60 deg field of view (a cube is
+#: 3-4 pixels wide in a 64x64 exterior view).
+CLASSIC = SceneConfig(
+    name="classic", cube_size=0.05, num_cubes=3, bowl_half=0.065, bowl_wall_h=0.045, bowl_wall_t=0.008,
+    pad_half=0.07, cube_region=((0.42, 0.64), (-0.22, 0.22)), ood_target_region=((0.32, 0.72), (-0.30, 0.30)),
+    ood_margin=0.02, fixture_x=(0.45, 0.62), fixture_abs_y=(0.18, 0.30), cube_spacing=0.10,
+    bowl_clearance=0.07, pad_clearance=0.04, push_corridor=0.10, push_start_clearance=None,
+    exterior_cameras={
+        "exterior_1": ((0.20, 0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
+        "exterior_2": ((0.20, -0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
+    })
+
+#: The scene of ``SimDROID-v1``, legible at 64x64: two 6 cm cubes (the hand opens 8 cm; the target and the base
+#: for stacking or a distractor) on a compact workspace, seen from high beside it through a 20 deg field of
+#: view, so every cube spans at least 8 pixels in each exterior view wherever a task can put it
+#: (``benchmarks/legibility.py`` measures it).
+LEGIBLE = SceneConfig(
+    name="legible", cube_size=0.06, num_cubes=2, bowl_half=0.05, bowl_wall_h=0.04, bowl_wall_t=0.008,
+    pad_half=0.055, cube_region=((0.45, 0.59), (-0.10, 0.10)), ood_target_region=((0.42, 0.62), (-0.13, 0.13)),
+    ood_margin=0.015, fixture_x=(0.47, 0.57), fixture_abs_y=(0.14, 0.16), cube_spacing=0.09,
+    bowl_clearance=0.05, pad_clearance=0.035, push_corridor=0.08, push_start_clearance=0.04,
+    exterior_cameras={
+        "exterior_1": ((0.59, 0.45, 1.40), (0.63, 0.0, 0.02), 19.5),
+        "exterior_2": ((0.59, -0.45, 1.40), (0.63, 0.0, 0.02), 19.5),
+    })
+
+SCENES = {sc.name: sc for sc in (CLASSIC, LEGIBLE)}
+
+# The classic scene's values under their historical names (the world model and benchmarks of ``SimDROID-v0``).
+CUBE_SIZE = CLASSIC.cube_size
+NUM_CUBES = CLASSIC.num_cubes
+BOWL_HALF, BOWL_WALL_H, BOWL_WALL_T = CLASSIC.bowl_half, CLASSIC.bowl_wall_h, CLASSIC.bowl_wall_t
+PAD_HALF = CLASSIC.pad_half
+EXTERIOR_CAMERAS = CLASSIC.exterior_cameras
+
+
+def get_scene(scene: "str | SceneConfig") -> SceneConfig:
+    """The :class:`SceneConfig` named ``scene`` (or ``scene`` itself)."""
+    if isinstance(scene, SceneConfig):
+        return scene
+    if scene not in SCENES:
+        raise ValueError(f"unknown scene {scene!r}; expected one of {sorted(SCENES)}")
+    return SCENES[scene]
 
 
 def _vec(values) -> str:
@@ -73,10 +149,35 @@ def look_at_xyaxes(pos, target) -> str:
     return " ".join(f"{v:.5f}" for v in (*x, *y))
 
 
-def _exterior_cameras() -> str:
+def _exterior_cameras(scene: SceneConfig) -> str:
     return "\n    ".join(
         f'<camera name="{n}" pos="{p[0]} {p[1]} {p[2]}" xyaxes="{look_at_xyaxes(p, t)}" fovy="{f}"/>'
-        for n, (p, t, f) in EXTERIOR_CAMERAS.items())
+        for n, (p, t, f) in scene.exterior_cameras.items())
+
+
+def exterior_camera_frames(scene: "str | SceneConfig" = CLASSIC) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A scene's exterior cameras as (positions (2, 3), bases (2, 3, 3) rows = right, up, forward, tan(fovy / 2) (2,)),
+    in the order of its ``exterior_cameras`` (the dataset's views 0 and 1)."""
+    pos, basis, tans = [], [], []
+    for p, target, fovy in get_scene(scene).exterior_cameras.values():
+        p = np.asarray(p, float)
+        fwd = np.asarray(target, float) - p
+        fwd /= np.linalg.norm(fwd)
+        right = np.cross(fwd, [0.0, 0.0, 1.0])  # the frame of look_at_xyaxes
+        right /= np.linalg.norm(right)
+        up = np.cross(right, fwd)
+        pos.append(p)
+        basis.append(np.stack([right, up, fwd]))
+        tans.append(np.tan(np.radians(fovy) / 2))
+    return np.stack(pos), np.stack(basis), np.asarray(tans)
+
+
+def project_exterior(points: np.ndarray, scene: "str | SceneConfig" = CLASSIC) -> np.ndarray:
+    """World points (N, 3) -> image points (N, 2 views, 2) as (column, row) in [-1, 1] (-1 = left/top edge)."""
+    pos, basis, tans = exterior_camera_frames(scene)
+    d = np.asarray(points, float)[:, None, :] - pos[None]  # (N, 2, 3)
+    cam = np.einsum("vij,nvj->nvi", basis, d)  # right, up, forward
+    return np.stack([cam[..., 0] / cam[..., 2] / tans[None, :], -cam[..., 1] / cam[..., 2] / tans[None, :]], -1)
 
 
 def franka_mesh_dir() -> str:
@@ -117,20 +218,21 @@ def _finger(name: str, sign: int) -> str:
       </body>"""
 
 
-def build_mjcf() -> str:
+def build_mjcf(scene: "str | SceneConfig" = CLASSIC) -> str:
     """The SimDROID scene as an MJCF string."""
+    scene = get_scene(scene)
     mesh_dir = franka_mesh_dir()
     links = [f'<mesh name="link{i}" file="link{i}.stl"/>' for i in range(8)]
     cubes = []
-    for i in range(NUM_CUBES):
-        h = CUBE_SIZE / 2
+    for i in range(scene.num_cubes):
+        h = scene.cube_size / 2
         cubes.append(f"""
     <body name="cube{i}" pos="{0.4 + 0.1 * i} 0.3 {TABLE_HEIGHT + h}">
       <freejoint name="cube{i}_free"/>
       <geom name="cube{i}" type="box" size="{h} {h} {h}" mass="0.08" rgba="1 0 0 1" friction="1.2 0.01 0.001"
             condim="4" solref="0.005 1"/>
     </body>""")
-    bw, bh, bt = BOWL_HALF, BOWL_WALL_H, BOWL_WALL_T
+    bw, bh, bt = scene.bowl_half, scene.bowl_wall_h, scene.bowl_wall_t
     walls = []
     for k, (px, py, sx, sy) in enumerate([(bw + bt, 0, bt, bw + 2 * bt), (-bw - bt, 0, bt, bw + 2 * bt),
                                           (0, bw + bt, bw, bt), (0, -bw - bt, bw, bt)]):
@@ -169,7 +271,7 @@ def build_mjcf() -> str:
     <geom name="floor" type="plane" size="3 3 .1" pos="0 0 -0.75" material="floor"/>
     <geom name="table" type="box" pos="0.55 0 {TABLE_HEIGHT - 0.02}" size="0.45 0.6 0.02" rgba=".62 .50 .38 1"/>
     <geom name="pedestal" type="box" pos="0 0 -0.38" size="0.1 0.1 0.36" rgba=".2 .2 .2 1" contype="0" conaffinity="0"/>
-    {_exterior_cameras()}
+    {_exterior_cameras(scene)}
     <body name="link0" gravcomp="1">
       <geom class="visual" mesh="link0"/>
       <body name="link1" pos="0 0 0.333" gravcomp="1">
@@ -223,7 +325,7 @@ def build_mjcf() -> str:
       {''.join(walls)}
     </body>
     <body name="pad" pos="0.5 0.25 {TABLE_HEIGHT}">
-      <geom name="pad" type="box" pos="0 0 0.0005" size="{PAD_HALF} {PAD_HALF} 0.0005" rgba="1 1 0 1" contype="0" conaffinity="0"/>
+      <geom name="pad" type="box" pos="0 0 0.0005" size="{scene.pad_half} {scene.pad_half} 0.0005" rgba="1 1 0 1" contype="0" conaffinity="0"/>
     </body>
     {''.join(cubes)}
   </worldbody>
@@ -235,7 +337,7 @@ def build_mjcf() -> str:
     <position name="right_finger" joint="right_finger_joint" kp="400" kv="20" ctrlrange="0 {FINGER_OPEN}" forcerange="-40 40"/>
   </actuator>
   <keyframe>
-    <key name="home" qpos="{keyframe_q} {' '.join('0 0 0 1 0 0 0' for _ in range(NUM_CUBES))}"/>
+    <key name="home" qpos="{keyframe_q} {' '.join('0 0 0 1 0 0 0' for _ in range(scene.num_cubes))}"/>
   </keyframe>
 </mujoco>"""
 
@@ -261,11 +363,12 @@ class SceneHandles:
     table_geom: int
 
 
-def load_model():
+def load_model(scene: "str | SceneConfig" = CLASSIC):
     """Compile the scene; returns (model, data, handles)."""
     import mujoco
 
-    model = mujoco.MjModel.from_xml_string(build_mjcf())
+    scene = get_scene(scene)
+    model = mujoco.MjModel.from_xml_string(build_mjcf(scene))
     data = mujoco.MjData(model)
     jid = lambda n: mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n)  # noqa: E731
     bid = lambda n: mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, n)  # noqa: E731
@@ -279,9 +382,9 @@ def load_model():
         arm_dof=np.array([model.jnt_dofadr[j] for j in arm_j]),
         finger_qpos=np.array([model.jnt_qposadr[j] for j in fing_j]),
         finger_dof=np.array([model.jnt_dofadr[j] for j in fing_j]),
-        cube_qpos=[model.jnt_qposadr[jid(f"cube{i}_free")] for i in range(NUM_CUBES)],
-        cube_body=[bid(f"cube{i}") for i in range(NUM_CUBES)],
-        cube_geom=[gid(f"cube{i}") for i in range(NUM_CUBES)],
+        cube_qpos=[model.jnt_qposadr[jid(f"cube{i}_free")] for i in range(scene.num_cubes)],
+        cube_body=[bid(f"cube{i}") for i in range(scene.num_cubes)],
+        cube_geom=[gid(f"cube{i}") for i in range(scene.num_cubes)],
         flange_site=mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "flange"),
         tcp_site=mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "tcp"),
         bowl_body=bid("bowl"),

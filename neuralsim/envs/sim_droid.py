@@ -65,12 +65,12 @@ OOD_COLORS = {
 _ALL_COLORS = {**COLORS, **OOD_COLORS}
 
 DISTRIBUTIONS = ("train", "ood")
-#: Where cube centres are drawn in the training distribution: ((x low, x high), (y low, y high)) [m].
-CUBE_REGION = ((0.42, 0.64), (-0.22, 0.22))
-#: ``distribution="ood"``: the target cube's centre lies in this box but outside ``CUBE_REGION``
-#: grown by ``OOD_MARGIN`` (reachable by the arm and seen by both exterior cameras).
-OOD_TARGET_REGION = ((0.32, 0.72), (-0.30, 0.30))
-OOD_MARGIN = 0.02
+#: The classic scene's cube regions (each scene's own are :class:`~neuralsim.envs.scene.SceneConfig` fields):
+#: where cube centres are drawn in the training distribution, ((x low, x high), (y low, y high)) [m]; for
+#: ``distribution="ood"`` the box the target cube's centre lies in, outside ``CUBE_REGION`` grown by ``OOD_MARGIN``.
+CUBE_REGION = S.CLASSIC.cube_region
+OOD_TARGET_REGION = S.CLASSIC.ood_target_region
+OOD_MARGIN = S.CLASSIC.ood_margin
 
 #: Joint step realised per 1/15 s per unit of normalised velocity command, for a steady command.
 #: Real DROID (least squares of observed joint step on ``action.joint_velocity`` over the 11 episodes
@@ -81,6 +81,9 @@ REALISED_STEP_PER_V = 0.0527
 #: tuned (kp in {260, 275, 290} -> 0.0500, 0.0526, 0.0550 rad per unit v) to match the real arm.
 PD_KD = 60.0
 PD_KP = 275.0
+
+#: How far behind the target cube's face [m] (away from the pad) the scripted pusher comes down.
+PUSH_START_BEHIND = 0.05
 
 #: Distance [m] from the gripper's tool point to the target cube's centre that counts as "approached".
 APPROACH_DISTANCE = 0.06
@@ -144,8 +147,12 @@ class SimDROIDEnv(gym.Env):
     """MuJoCo Franka Panda tabletop with DROID's action/observation conventions and ground truth.
 
     ## Description
-    A Franka Panda with a parallel gripper on a table holding three coloured 5 cm cubes, a blue bowl
-    and a yellow target pad; two fixed exterior cameras and a wrist camera.  Each episode draws a task
+    A Franka Panda with a parallel gripper on a table holding three coloured cubes, a blue bowl and a
+    yellow target pad; two fixed exterior cameras and a wrist camera.  ``scene`` sets the sizes and the
+    cameras (:class:`~neuralsim.envs.scene.SceneConfig`): ``"classic"`` (``SimDROID-v0``) has 5 cm cubes
+    seen through 60 deg side cameras, 3-4 pixels wide in a 64x64 exterior view; ``"legible"``
+    (``SimDROID-v1``) has 6 cm cubes on a compact workspace seen from high beside it through 20 deg
+    cameras, at least 8 pixels wide in each exterior view wherever a task puts them.  Each episode draws a task
     family (``put_in_bowl``, ``push_to_pad``, ``stack``), colours and poses from the seed and states it
     as a language instruction (``info["instruction"]``).
 
@@ -198,7 +205,12 @@ class SimDROIDEnv(gym.Env):
     max_episode_steps: horizon used for ``truncated`` and the reward; None: no horizon.  ``gym.make`` replaces
         it with its ``TimeLimit``'s (see Episode End).
 
+    scene: ``"classic"`` (default), ``"legible"`` or a :class:`~neuralsim.envs.scene.SceneConfig`.
+
     ## Version History
+    v1: the legible scene (``scene="legible"``): 6 cm cubes, a smaller bowl (10 cm inside) and pad (11 cm), a
+        compact layout and exterior cameras that frame it (20 deg field of view, from high beside the
+        workspace).  Spaces, tasks, controller and rubric are v0's.
     v0: first release (``distribution="ood"`` added later; the default layouts are unchanged).
     """
 
@@ -208,7 +220,7 @@ class SimDROIDEnv(gym.Env):
     def __init__(self, render_mode: str | None = None, image_size: int = 64, action_mode: str = "joint_velocity",
                  task: str | None = None, terminate_on_success: bool = False,
                  reward_fn: str | Callable | None = "ground_truth", max_episode_steps: int | None = None,
-                 distribution: str = "train"):
+                 distribution: str = "train", scene: str | S.SceneConfig = "classic"):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         if action_mode not in ACTION_MODES:
@@ -220,13 +232,14 @@ class SimDROIDEnv(gym.Env):
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
         self.distribution = distribution
+        self.scene = S.get_scene(scene)
         self.render_mode, self.image_size, self.action_mode = render_mode, int(image_size), action_mode
         self.task_family, self.terminate_on_success = task, terminate_on_success
         self.max_episode_steps = max_episode_steps
         self._reward_fn = None if reward_fn == "ground_truth" else make_reward_fn(reward_fn)
         self._ground_truth_reward = reward_fn == "ground_truth"
 
-        self.model, self.data, self.h = S.load_model()
+        self.model, self.data, self.h = S.load_model(self.scene)
         self._home = self.model.key("home").id
         left = {self.model.body("left_finger").id}
         right = {self.model.body("right_finger").id}
@@ -258,6 +271,11 @@ class SimDROIDEnv(gym.Env):
         steps = time_limit_of_make()
         if steps is not None:
             self.max_episode_steps = steps
+
+    @property
+    def env_id(self) -> str:
+        """The registered id of this env's scene (``SimDROID-v0`` classic, ``SimDROID-v1`` legible)."""
+        return {"classic": "SimDROID-v0", "legible": "SimDROID-v1"}.get(self.scene.name, f"SimDROID[{self.scene.name}]")
 
     # ------------------------------------------------------------------ helpers
     def _is_robot_body(self, b: int) -> bool:
@@ -323,20 +341,20 @@ class SimDROIDEnv(gym.Env):
         return self.model.body(self.model.geom_bodyid[g]).name
 
     def _success(self, grasped: set[int]) -> bool:
-        t = self.spec_task
+        t, sc = self.spec_task, self.scene
         p = self.cube_position(t.target)
         if t.target in grasped:
             return False
         if t.family == "put_in_bowl":
             c = self.data.xpos[self.h.bowl_body]
-            return bool(np.all(np.abs(p[:2] - c[:2]) < S.BOWL_HALF) and p[2] < S.BOWL_WALL_H + 0.01)
+            return bool(np.all(np.abs(p[:2] - c[:2]) < sc.bowl_half) and p[2] < sc.bowl_wall_h + 0.01)
         if t.family == "push_to_pad":
             c = self.data.xpos[self.h.pad_body]
-            return bool(np.all(np.abs(p[:2] - c[:2]) < S.PAD_HALF) and p[2] < S.CUBE_SIZE)
+            return bool(np.all(np.abs(p[:2] - c[:2]) < sc.pad_half) and p[2] < sc.cube_size)
         base = self.cube_position(t.base)
         dz = p[2] - base[2]
-        return bool(np.linalg.norm(p[:2] - base[:2]) < 0.6 * S.CUBE_SIZE and 0.8 * S.CUBE_SIZE < dz < 1.2 * S.CUBE_SIZE
-                    and base[2] < S.CUBE_SIZE)
+        return bool(np.linalg.norm(p[:2] - base[:2]) < 0.6 * sc.cube_size and 0.8 * sc.cube_size < dz < 1.2 * sc.cube_size
+                    and base[2] < sc.cube_size)
 
     def ground_truth(self) -> dict[str, Any]:
         """Object poses, contacts, grasped object, success and the rubric level so far."""
@@ -349,7 +367,7 @@ class SimDROIDEnv(gym.Env):
         touched = t.target in (robot if t.family == "push_to_pad" else (left | right))
         level = 4 if touched else (2 if dist < APPROACH_DISTANCE else 0)
         self._best_level = max(self._best_level, level)
-        names = [t.colors[i] + "_cube" for i in range(S.NUM_CUBES)]
+        names = [t.colors[i] + "_cube" for i in range(self.scene.num_cubes)]
         poses = {n: np.concatenate([self.cube_position(i), self.cube_quat(i)]) for i, n in enumerate(names)}
         poses["bowl"] = np.concatenate([self.data.xpos[self.h.bowl_body], [1.0, 0, 0, 0]])
         poses["pad"] = np.concatenate([self.data.xpos[self.h.pad_body], [1.0, 0, 0, 0]])
@@ -373,7 +391,7 @@ class SimDROIDEnv(gym.Env):
         if family not in TASK_FAMILIES:
             raise ValueError(f"options['task'] must be one of {TASK_FAMILIES}, got {family!r}")
         palette = COLORS if self.distribution == "train" else OOD_COLORS
-        colors = tuple(rng.choice(list(palette), size=S.NUM_CUBES, replace=False).tolist())
+        colors = tuple(rng.choice(list(palette), size=self.scene.num_cubes, replace=False).tolist())
         return TaskSpec(family, colors, target=0, base=1 if family == "stack" else None)
 
     def _place_objects(self, rng: np.random.Generator) -> None:
@@ -382,27 +400,32 @@ class SimDROIDEnv(gym.Env):
         For pushing, the corridor from behind the target to the pad is kept free of distractors, so
         the task is always feasible (the scripted expert does not plan around obstacles).
         """
-        m, d, h = self.model, self.data, self.h
+        m, d, h, sc = self.model, self.data, self.h, self.scene
+        (fx0, fx1), (fy0, fy1) = sc.fixture_x, sc.fixture_abs_y
         side = 1.0 if rng.random() < 0.5 else -1.0
-        bowl = np.array([rng.uniform(0.45, 0.62), side * rng.uniform(-0.30, -0.18), S.TABLE_HEIGHT])
-        pad = np.array([rng.uniform(0.45, 0.62), side * rng.uniform(0.18, 0.30), S.TABLE_HEIGHT])
+        bowl = np.array([rng.uniform(fx0, fx1), side * rng.uniform(-fy1, -fy0), S.TABLE_HEIGHT])
+        pad = np.array([rng.uniform(fx0, fx1), side * rng.uniform(fy0, fy1), S.TABLE_HEIGHT])
         m.body_pos[h.bowl_body] = bowl
         m.body_pos[h.pad_body] = pad
         push = self.spec_task.family == "push_to_pad"
         placed: list[np.ndarray] = []
-        for i in range(S.NUM_CUBES):
+        for i in range(sc.num_cubes):
             for _ in range(2000):
                 xy = self._draw_cube_xy(rng, i)
-                ok = all(np.linalg.norm(xy - p) > 0.10 for p in placed) and \
-                    np.max(np.abs(xy - bowl[:2])) > S.BOWL_HALF + 0.07 and \
-                    np.max(np.abs(xy - pad[:2])) > S.PAD_HALF + 0.04
+                ok = all(np.linalg.norm(xy - p) > sc.cube_spacing for p in placed) and \
+                    np.max(np.abs(xy - bowl[:2])) > sc.bowl_half + sc.bowl_clearance and \
+                    np.max(np.abs(xy - pad[:2])) > sc.pad_half + sc.pad_clearance
+                if ok and push and i == 0 and sc.push_start_clearance is not None:
+                    u = (pad[:2] - xy) / np.linalg.norm(pad[:2] - xy)
+                    start = xy - (sc.cube_size / 2 + PUSH_START_BEHIND) * u
+                    ok = np.max(np.abs(start - bowl[:2])) > sc.bowl_outer_half + sc.push_start_clearance
                 if ok and push and i > 0:
                     target = placed[0]
                     u = (pad[:2] - target) / np.linalg.norm(pad[:2] - target)
                     rel = xy - (target - 0.1 * u)
                     along = float(np.dot(rel, u))
                     across = abs(float(u[0] * rel[1] - u[1] * rel[0]))
-                    ok = not (-0.05 < along < np.linalg.norm(pad[:2] - target) + 0.15 and across < 0.10)
+                    ok = not (-0.05 < along < np.linalg.norm(pad[:2] - target) + 0.15 and across < sc.push_corridor)
                 if ok:
                     break
             else:  # pragma: no cover - the region is large enough for three cubes
@@ -410,18 +433,20 @@ class SimDROIDEnv(gym.Env):
             placed.append(xy)
             yaw = rng.uniform(-np.pi / 4, np.pi / 4)
             adr = h.cube_qpos[i]
-            d.qpos[adr:adr + 3] = [xy[0], xy[1], S.TABLE_HEIGHT + S.CUBE_SIZE / 2]
+            d.qpos[adr:adr + 3] = [xy[0], xy[1], S.TABLE_HEIGHT + sc.cube_size / 2]
             d.qpos[adr + 3:adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
 
     def _draw_cube_xy(self, rng: np.random.Generator, i: int) -> np.ndarray:
-        """A candidate centre for cube ``i``: in ``CUBE_REGION``, or outside it for the OOD target cube."""
+        """A candidate centre for cube ``i``: in the scene's cube region, or outside it for the OOD target cube."""
+        sc = self.scene
         if self.distribution == "ood" and i == self.spec_task.target:
-            (x0, x1), (y0, y1) = CUBE_REGION
+            (x0, x1), (y0, y1) = sc.cube_region
+            m = sc.ood_margin
             while True:
-                xy = np.array([rng.uniform(*OOD_TARGET_REGION[0]), rng.uniform(*OOD_TARGET_REGION[1])])
-                if not (x0 - OOD_MARGIN <= xy[0] <= x1 + OOD_MARGIN and y0 - OOD_MARGIN <= xy[1] <= y1 + OOD_MARGIN):
+                xy = np.array([rng.uniform(*sc.ood_target_region[0]), rng.uniform(*sc.ood_target_region[1])])
+                if not (x0 - m <= xy[0] <= x1 + m and y0 - m <= xy[1] <= y1 + m):
                     return xy
-        return np.array([rng.uniform(*CUBE_REGION[0]), rng.uniform(*CUBE_REGION[1])])
+        return np.array([rng.uniform(*sc.cube_region[0]), rng.uniform(*sc.cube_region[1])])
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         import mujoco
@@ -545,8 +570,8 @@ class SimDROIDEnv(gym.Env):
             actions=np.stack(rec["actions"]) if rec["actions"] else np.zeros((0, 8), np.float32),
             instruction=t.instruction,
             fps=K.CONTROL_HZ,
-            metadata={"source": "SimDROID-v0", "task": t.family, "colors": list(t.colors),
-                      "distribution": self.distribution},
+            metadata={"source": self.env_id, "task": t.family, "colors": list(t.colors),
+                      "distribution": self.distribution, "scene": self.scene.name},
         )
 
     def render(self):

@@ -26,30 +26,17 @@ TCP_OFFSET = 0.130
 
 
 def exterior_camera_frames() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """SimDROID's exterior cameras as (positions (2, 3), bases (2, 3, 3) rows = right, up, forward, tan(fovy / 2) (2,)),
-    in the order of :data:`neuralsim.envs.scene.EXTERIOR_CAMERAS` (the dataset's views 0 and 1)."""
+    """SimDROID-v0's exterior cameras (:func:`neuralsim.envs.scene.exterior_camera_frames` of the classic scene)."""
     from neuralsim.envs import scene as S
 
-    pos, basis, tans = [], [], []
-    for p, target, fovy in S.EXTERIOR_CAMERAS.values():
-        p = np.asarray(p, float)
-        fwd = np.asarray(target, float) - p
-        fwd /= np.linalg.norm(fwd)
-        right = np.cross(fwd, [0.0, 0.0, 1.0])  # the frame of scene.look_at_xyaxes
-        right /= np.linalg.norm(right)
-        up = np.cross(right, fwd)
-        pos.append(p)
-        basis.append(np.stack([right, up, fwd]))
-        tans.append(np.tan(np.radians(fovy) / 2))
-    return np.stack(pos), np.stack(basis), np.asarray(tans)
+    return S.exterior_camera_frames(S.CLASSIC)
 
 
 def project_exterior(points: np.ndarray) -> np.ndarray:
-    """World points (N, 3) -> image points (N, 2 views, 2) as (column, row) in [-1, 1] (-1 = left/top edge)."""
-    pos, basis, tans = exterior_camera_frames()
-    d = np.asarray(points, float)[:, None, :] - pos[None]  # (N, 2, 3)
-    cam = np.einsum("vij,nvj->nvi", basis, d)  # right, up, forward
-    return np.stack([cam[..., 0] / cam[..., 2] / tans, -cam[..., 1] / cam[..., 2] / tans], -1)
+    """World points (N, 3) -> image points (N, 2 views, 2) in SimDROID-v0's exterior cameras, (column, row) in [-1, 1]."""
+    from neuralsim.envs import scene as S
+
+    return S.project_exterior(points, S.CLASSIC)
 
 
 def project_wrist(points: np.ndarray, cartesian: np.ndarray) -> np.ndarray:
