@@ -395,20 +395,37 @@ class SimDROIDEnv(gym.Env):
         return TaskSpec(family, colors, target=0, base=1 if family == "stack" else None)
 
     def _place_objects(self, rng: np.random.Generator) -> None:
-        """Seeded layout: bowl and pad on opposite sides, three cubes apart from each other and them.
+        """Seeded layout: bowl and pad on opposite sides, the cubes apart from each other and them.
 
         For pushing, the corridor from behind the target to the pad is kept free of distractors, so
-        the task is always feasible (the scripted expert does not plan around obstacles).
+        the task is always feasible (the scripted expert does not plan around obstacles).  A draw whose
+        cubes do not fit is redrawn, bowl and pad included (the classic scene's draws always fit).
         """
         m, d, h, sc = self.model, self.data, self.h, self.scene
+        for _ in range(100):
+            layout = self._draw_layout(rng)
+            if layout is not None:
+                break
+        else:  # pragma: no cover - every scene's region fits its cubes in most draws
+            raise RuntimeError(f"could not place the cubes of scene {sc.name!r} without overlap")
+        bowl, pad, cubes = layout
+        m.body_pos[h.bowl_body] = bowl
+        m.body_pos[h.pad_body] = pad
+        for i, (xy, yaw) in enumerate(cubes):
+            adr = h.cube_qpos[i]
+            d.qpos[adr:adr + 3] = [xy[0], xy[1], S.TABLE_HEIGHT + sc.cube_size / 2]
+            d.qpos[adr + 3:adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+
+    def _draw_layout(self, rng: np.random.Generator):
+        """One draw of (bowl xyz, pad xyz, [(cube xy, yaw)]), or None when the cubes do not fit."""
+        sc = self.scene
         (fx0, fx1), (fy0, fy1) = sc.fixture_x, sc.fixture_abs_y
         side = 1.0 if rng.random() < 0.5 else -1.0
         bowl = np.array([rng.uniform(fx0, fx1), side * rng.uniform(-fy1, -fy0), S.TABLE_HEIGHT])
         pad = np.array([rng.uniform(fx0, fx1), side * rng.uniform(fy0, fy1), S.TABLE_HEIGHT])
-        m.body_pos[h.bowl_body] = bowl
-        m.body_pos[h.pad_body] = pad
         push = self.spec_task.family == "push_to_pad"
         placed: list[np.ndarray] = []
+        cubes = []
         for i in range(sc.num_cubes):
             for _ in range(2000):
                 xy = self._draw_cube_xy(rng, i)
@@ -428,13 +445,11 @@ class SimDROIDEnv(gym.Env):
                     ok = not (-0.05 < along < np.linalg.norm(pad[:2] - target) + 0.15 and across < sc.push_corridor)
                 if ok:
                     break
-            else:  # pragma: no cover - the region is large enough for three cubes
-                raise RuntimeError("could not place the cubes without overlap")
+            else:
+                return None
             placed.append(xy)
-            yaw = rng.uniform(-np.pi / 4, np.pi / 4)
-            adr = h.cube_qpos[i]
-            d.qpos[adr:adr + 3] = [xy[0], xy[1], S.TABLE_HEIGHT + sc.cube_size / 2]
-            d.qpos[adr + 3:adr + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+            cubes.append((xy, rng.uniform(-np.pi / 4, np.pi / 4)))
+        return bowl, pad, cubes
 
     def _draw_cube_xy(self, rng: np.random.Generator, i: int) -> np.ndarray:
         """A candidate centre for cube ``i``: in the scene's cube region, or outside it for the OOD target cube."""
