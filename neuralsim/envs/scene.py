@@ -101,7 +101,7 @@ CLASSIC = SceneConfig(
     })
 
 #: The scene of ``SimDROID-v1``, legible at 64x64: two 6 cm cubes (the hand opens 8 cm; the target and the base
-#: for stacking or a distractor) on a compact workspace, seen from high beside it through a 20 deg field of
+#: for stacking or a distractor) on a compact workspace, seen from high beside it through an 18.5 deg field of
 #: view, so every cube spans at least 8 pixels in each exterior view wherever a task can put it
 #: (``benchmarks/legibility.py`` measures it).
 LEGIBLE = SceneConfig(
@@ -110,8 +110,8 @@ LEGIBLE = SceneConfig(
     ood_margin=0.015, fixture_x=(0.47, 0.57), fixture_abs_y=(0.14, 0.16), cube_spacing=0.09,
     bowl_clearance=0.05, pad_clearance=0.035, push_corridor=0.08, push_start_clearance=0.04,
     exterior_cameras={
-        "exterior_1": ((0.59, 0.45, 1.40), (0.63, 0.0, 0.02), 19.5),
-        "exterior_2": ((0.59, -0.45, 1.40), (0.63, 0.0, 0.02), 19.5),
+        "exterior_1": ((0.59, 0.45, 1.40), (0.63, 0.0, 0.02), 18.5),
+        "exterior_2": ((0.59, -0.45, 1.40), (0.63, 0.0, 0.02), 18.5),
     })
 
 SCENES = {sc.name: sc for sc in (CLASSIC, LEGIBLE)}

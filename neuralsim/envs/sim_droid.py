@@ -151,7 +151,7 @@ class SimDROIDEnv(gym.Env):
     yellow target pad; two fixed exterior cameras and a wrist camera.  ``scene`` sets the sizes and the
     cameras (:class:`~neuralsim.envs.scene.SceneConfig`): ``"classic"`` (``SimDROID-v0``) has 5 cm cubes
     seen through 60 deg side cameras, 3-4 pixels wide in a 64x64 exterior view; ``"legible"``
-    (``SimDROID-v1``) has 6 cm cubes on a compact workspace seen from high beside it through 20 deg
+    (``SimDROID-v1``) has 6 cm cubes on a compact workspace seen from high beside it through 18.5 deg
     cameras, at least 8 pixels wide in each exterior view wherever a task puts them.  Each episode draws a task
     family (``put_in_bowl``, ``push_to_pad``, ``stack``), colours and poses from the seed and states it
     as a language instruction (``info["instruction"]``).
@@ -209,7 +209,7 @@ class SimDROIDEnv(gym.Env):
 
     ## Version History
     v1: the legible scene (``scene="legible"``): 6 cm cubes, a smaller bowl (10 cm inside) and pad (11 cm), a
-        compact layout and exterior cameras that frame it (20 deg field of view, from high beside the
+        compact layout and exterior cameras that frame it (18.5 deg field of view, from high beside the
         workspace).  Spaces, tasks, controller and rubric are v0's.
     v0: first release (``distribution="ood"`` added later; the default layouts are unchanged).
     """
