@@ -10,7 +10,8 @@ corrupts the plan in one of :data:`FAILURE_MODES` so the task should fail; wheth
 the simulator's ground truth, recorded separately by the data generator:
 
 * ``missed_grasp`` - grasp (or push) 4.5 cm beside the object;
-* ``weak_grip`` - close the gripper only to touching (g = 0.34), so the cube slips out when lifted;
+* ``weak_grip`` - close the gripper only to touching (the scene's ``touch_grip``; 0.34 in the classic scene),
+  so the cube slips out when lifted;
   for pushing: stop halfway;
 * ``early_release`` - open the gripper a quarter of the way through the carry; for pushing: lift off halfway;
 * ``overshoot`` - aim the placement (or push) 12 cm past the goal;
@@ -205,7 +206,7 @@ class ScriptedExpert:
             self._advance(self._at(p, 0.008))
         elif ph == 2:  # close
             p = gp.copy()
-            self._grip = 0.34 if f == "weak_grip" else 1.0
+            self._grip = env.scene.touch_grip if f == "weak_grip" else 1.0
             self._advance(self._timer >= 7)
         elif ph == 3:  # lift
             p = np.array([gp[0], gp[1], CARRY_HEIGHT])

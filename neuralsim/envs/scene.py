@@ -79,6 +79,9 @@ class SceneConfig:
     #: Pushing: smallest max-norm distance from the point the pusher starts at (behind the target, away from the
     #: pad) to the bowl's outer edge, so the hand does not come down on the bowl; None: not checked.
     push_start_clearance: float | None
+    #: Gripper position (0 open, 1 closed) at which the fingers just reach the cube's sides: the scripted expert's
+    #: ``weak_grip`` failure closes to it, so the cube slips out when lifted.
+    touch_grip: float
     #: Exterior cameras: name -> (position, look-at point, vertical field of view [deg]).
     exterior_cameras: dict = field(hash=False)
 
@@ -94,7 +97,7 @@ CLASSIC = SceneConfig(
     name="classic", cube_size=0.05, num_cubes=3, bowl_half=0.065, bowl_wall_h=0.045, bowl_wall_t=0.008,
     pad_half=0.07, cube_region=((0.42, 0.64), (-0.22, 0.22)), ood_target_region=((0.32, 0.72), (-0.30, 0.30)),
     ood_margin=0.02, fixture_x=(0.45, 0.62), fixture_abs_y=(0.18, 0.30), cube_spacing=0.10,
-    bowl_clearance=0.07, pad_clearance=0.04, push_corridor=0.10, push_start_clearance=None,
+    bowl_clearance=0.07, pad_clearance=0.04, push_corridor=0.10, push_start_clearance=None, touch_grip=0.34,
     exterior_cameras={
         "exterior_1": ((0.20, 0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
         "exterior_2": ((0.20, -0.70, 0.62), (0.48, 0.0, 0.17), 60.0),
@@ -109,6 +112,7 @@ LEGIBLE = SceneConfig(
     pad_half=0.055, cube_region=((0.45, 0.59), (-0.10, 0.10)), ood_target_region=((0.42, 0.62), (-0.13, 0.13)),
     ood_margin=0.015, fixture_x=(0.47, 0.57), fixture_abs_y=(0.14, 0.16), cube_spacing=0.09,
     bowl_clearance=0.05, pad_clearance=0.035, push_corridor=0.08, push_start_clearance=0.04,
+    touch_grip=0.215,
     exterior_cameras={
         "exterior_1": ((0.59, 0.45, 1.40), (0.63, 0.0, 0.02), 18.5),
         "exterior_2": ((0.59, -0.45, 1.40), (0.63, 0.0, 0.02), 18.5),

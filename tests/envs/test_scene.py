@@ -107,3 +107,10 @@ def test_generate_records_the_scene_and_refuses_to_mix_scenes(tmp_path):
         generate(tmp_path, 2, scene="classic", **params)
     with pytest.raises(ValueError, match="banana"):
         generate(tmp_path / "other", 1, scene="banana", **params)
+
+
+def test_weak_grip_closes_only_to_the_legible_cubes_sides(legible):
+    """The weak-grip failure closes to the scene's touch_grip: with the classic 0.34 a 6 cm cube is held firmly."""
+    assert S.LEGIBLE.touch_grip < S.CLASSIC.touch_grip
+    info, _ = run_expert_episode(legible, seed=1, task="put_in_bowl", failure="weak_grip")
+    assert not info["success"]
