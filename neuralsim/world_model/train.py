@@ -1079,8 +1079,7 @@ def make_optimizer(params: list, cfg: TrainConfig, device):
 def update(loss, params: list, opt, ema: list, step: int, cfg: TrainConfig):
     """One optimiser update from ``loss``: backward, gradient clipping to ``cfg.grad_clip``, the optimiser's
     step, then the EMA of ``params`` after step ``step`` (1-based).  Returns the gradient norm before
-    clipping (a tensor: reading it would wait for the device).  The trainer and
-    ``benchmarks/train_speed.py`` share it, so the benchmark times the trainer's own update."""
+    clipping (a tensor: reading it would wait for the device)."""
     import torch
 
     opt.zero_grad(set_to_none=True)

@@ -2,10 +2,10 @@
 # One self-contained call of the device tool: set up, run scripts/gpu/fine_line.sh, bring its model back.
 #   PIPE_MIN=7 bash scripts/gpu/lease.sh                            # the fine line from nothing
 #   INIT=runs/gpu_fine/model PIPE_MIN=7 bash scripts/gpu/lease.sh   # more Step Forcing on a carried model
-#   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash scripts/gpu/lease.sh   # a fresh, wider DiT
-#   INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0 PIPE_MIN=8 bash ...   # v21, deeper
-#   INIT=neuralsim/assets/world_model INIT_B=checkpoints/residual4 NOSKILL=1 DEC_STEPS=0 BS=128 LR=3e-4 LR_B=5e-4 \
-#     COOL_SECS=150 PIPE_MIN=8 bash scripts/gpu/lease.sh      # session 61: two arms in one call (v24 and residual4)
+#   AE_FROM=runs/gpu_fine/model DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash scripts/gpu/lease.sh   # a fresh, wider DiT
+#   INIT=neuralsim/assets/world_model ADD_BLOCKS=4 NOSKILL=1 DEC_STEPS=0 PIPE_MIN=8 bash ...   # the shipped model, deeper
+#   INIT=neuralsim/assets/world_model INIT_B=runs/cand/model NOSKILL=1 DEC_STEPS=0 BS=128 LR=3e-4 LR_B=5e-4 \
+#     COOL_SECS=150 PIPE_MIN=8 bash scripts/gpu/lease.sh      # two arms in one call
 # Why one call does everything: a lent machine is given back 30 s after a call returns, and with it every
 # process and file the call left (session 31 lost two half-trained pipelines that way, waiting to follow them
 # with a second call). So each call regenerates its data (1,200 episodes in ~80 s on 16 cores), trains inside
@@ -16,9 +16,7 @@
 # renders in .devsite/gymnasium_robotics/ (the meshes alone, not the 26 MB wheel); name all three in `carry`
 # (and INIT's directory); `bash scripts/gpu/prepare.sh` fills all three here. SMOKE=1 first runs every training stage for two steps on CUDA (~50 s).
 # COMPILE=1 trains the DiT under torch.compile (scripts/gpu/fine_line.sh; with SMOKE=1 the smoke test's Step
-# Forcing compiles too). SPEED=1 first times the fine DiT's training step at batch $BS, eager and compiled, with a
-# profile (benchmarks/train_speed.py, ~2 min; the JSON, with each mode's top ops, in $OUT); COMPILE=auto does that and then
-# compiles only if it was >10% faster. Take those minutes out of PIPE_MIN.
+# Forcing compiles too).
 # INIT_B=DIR runs a second arm beside the first (Step Forcing from DIR, the same flags, LR_B if given; its runs in
 # ${RUNS}_b): the data is generated once, then both train to the same end, and the model comes back as $OUT/model_b.
 # The arms share the GPU evenly, each at about half its speed alone: at batch 128 the default DiT's step keeps the
@@ -52,19 +50,6 @@ if [ -n "${SMOKE:-}" ]; then
   echo "smoke test passed: every stage ran on cuda"
 fi
 
-if [ -n "${SPEED:-}" ] || [ "${COMPILE:-}" = auto ]; then
-  timeout 300 python3 -m benchmarks.train_speed --config fine --batch-size "${BS:-64}" --device cuda --warmup 3 \
-    --steps 10 --repeats 3 --profile --out "$OUT/train_speed.json" > "$RUNS/train_speed.log" 2>&1
-  echo "train_speed exit $?"; tail -5 "$RUNS/train_speed.log"
-  if [ "${COMPILE:-}" = auto ]; then
-    COMPILE=$(python3 -c "
-import json, sys
-r = {x['mode']: x['s_per_step'] for x in json.load(open(sys.argv[1]))['rows'] if 's_per_step' in x}
-print(1 if r.get('compile', 1e9) < 0.9 * r['eager'] else '')" "$OUT/train_speed.json" 2>/dev/null || true)
-    export COMPILE; echo "COMPILE=auto -> '${COMPILE}'"
-  fi
-fi
-
 # the pipeline's own budget plus a minute's grace; whatever it has by then is brought back
 if [ -z "${INIT_B:-}" ]; then
   timeout $(( PIPE_MIN * 60 + 60 )) bash scripts/gpu/fine_line.sh > "$RUNS/pipeline.log" 2>&1
@@ -92,7 +77,7 @@ for arm in "${arms[@]}"; do
   logs+=("$r/pipeline.log")
 done
 # one archive of every log (at most 8 files come back)
-for f in "$RUNS/data.log" "$RUNS/train_speed.log"; do [ -f "$f" ] && logs+=("$f"); done
+[ -f "$RUNS/data.log" ] && logs+=("$RUNS/data.log")
 tar czf "$OUT/logs.tgz" "${logs[@]}"; tar tzf "$OUT/logs.tgz"
 python3 - "$OUT" "${arms[@]}" <<'EOF'
 import sys
