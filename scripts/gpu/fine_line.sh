@@ -2,9 +2,9 @@
 # The fine world-model line from nothing, on one lent GPU, inside a fixed time budget (one lease).
 #   PIPE_MIN=8 bash scripts/gpu/fine_line.sh                  # normally run by scripts/gpu/lease.sh
 #   INIT=runs/gpu_fine/model PIPE_MIN=8 bash scripts/gpu/fine_line.sh   # more Step Forcing on a fine model
-#   AE_FROM=checkpoints/fine DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash ...  # a fresh, wider DiT on a kept autoencoder
-#   AE_FROM=checkpoints/fine DIT_PATCH=4 PIPE_MIN=8 bash ...  # a fresh DiT with 8x8 tokens per view (8x8 pixels each)
-#   INIT=checkpoints/fine DIT_PATCH=4 DEC_STEPS=0 PIPE_MIN=8 bash ...  # the same tokens, its trained DiT cut into them
+#   AE_FROM=runs/gpu_fine/model DIT_DIM=320 DIT_HEADS=5 PIPE_MIN=8 bash ...  # a fresh, wider DiT on a kept autoencoder
+#   AE_FROM=runs/gpu_fine/model DIT_PATCH=4 PIPE_MIN=8 bash ...  # a fresh DiT with 8x8 tokens per view (8x8 pixels each)
+#   INIT=runs/gpu_fine/model DIT_PATCH=4 DEC_STEPS=0 PIPE_MIN=8 bash ...  # the same tokens, its trained DiT cut into them
 # Stages (logs and runs under $RUNS, the dataset under $DATA):
 #   1. SimDROID data, seed 0, $EPISODES episodes, $WORKERS processes, raw .npy frames (no ffmpeg there);
 #   2. the fine autoencoder (32x32x4 latent), batch $AE_BS clips x 2 frames x 3 views;
