@@ -64,13 +64,12 @@ import numpy as np
 
 from neuralsim.episode import VIEW_NAMES
 
-from .results_path import RESULTS_DIR, out_help, results_path
+from .object_probe import DEFAULT_DIR as DEFAULT_PROBE_DIR
+from .results_path import out_help, results_path
 from .stats import mcnemar_exact, wilson_interval
 
 log = logging.getLogger(__name__)
 
-#: Where the object probe is saved (``probe.safetensors`` + ``probe.json``, ~70 KB).
-DEFAULT_PROBE_DIR = RESULTS_DIR / "fidelity_probe"
 #: PSNR of identical frames (MSE 0) and the most any frame can score [dB].
 PSNR_CAP_DB = 100.0
 #: Position error counted as "right": the cube's edge length [m].

@@ -3,7 +3,7 @@
 Used by :mod:`benchmarks.fidelity` to ask "where does the generated video put the manipulated
 object?".  Usage (the fidelity benchmark builds it on first use)::
 
-    python -m benchmarks.object_probe --out benchmarks/results/fidelity_probe     # ~25 min on a busy 2-core CPU
+    python -m benchmarks.object_probe --out benchmarks/assets/fidelity_probe      # ~25 min on a busy 2-core CPU
     python -m benchmarks.object_probe --decoded-from neuralsim/assets/world_model  # + decoded renders (15 min alone)
 
 How it works: a per-view CNN reads one exterior view plus the cube's colour (as the per-pixel
@@ -56,6 +56,8 @@ PROBE_SEED = 3_000_000
 EXTERIOR_VIEWS = ("exterior_image_1_left", "exterior_image_2_left")
 #: Errors below this count as "found" in the validation report [m] (the cube's edge length).
 TOLERANCE_M = 0.05
+#: Where the trained probe lives (``probe.safetensors`` + ``probe.json``, ~70 KB), read by :mod:`benchmarks.fidelity`.
+DEFAULT_DIR = Path(__file__).resolve().parent / "assets" / "fidelity_probe"
 
 
 # ---------------------------------------------------------------------------------------------- cameras
@@ -409,7 +411,7 @@ def build(directory: str | Path, episodes: int = 80, steps: int = 3000, progress
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.object_probe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "fidelity_probe"),
+    p.add_argument("--out", default=str(DEFAULT_DIR),
                    help="directory for probe.safetensors + probe.json (default %(default)s)")
     p.add_argument("--episodes", type=int, default=80, help="SimDROID rollouts to render (default %(default)s)")
     p.add_argument("--steps", type=int, default=3000, help="training steps (default %(default)s)")

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from .object_probe import DEFAULT_DIR as DEFAULT_PROBE_DIR
 from .results_path import results_path
 from .stats import mcnemar_exact, wilson_interval
 
@@ -93,7 +94,7 @@ class Config:
     """Reward-function name of the per-rollout judge (RoboWorld 0-5 rubric; success = level 5)."""
     pairwise: str | None = None
     """MiraBench pairwise judge, e.g. ``mirabench:openai/gpt-4o`` (None: skipped)."""
-    probe: str | None = str(Path(__file__).parent / "results" / "fidelity_probe")
+    probe: str | None = str(DEFAULT_PROBE_DIR)
     """Object-probe directory (``python -m benchmarks.object_probe`` builds it); None skips the probe outcome."""
     threads: int = 1
     videos: str | None = None

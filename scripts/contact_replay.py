@@ -1,7 +1,7 @@
 """Where the env's arm parts from the simulator's: replay each episode's recorded actions in SimDROID with some
 collisions switched off, and measure how far the flange ends from the recorded one.
 
-    python scripts/contact_replay.py --data data/simdroid_heldout --out benchmarks/results/contact_replay_s65.json
+    python scripts/contact_replay.py --data data/simdroid_heldout --out runs/contact_replay.json
 
 NeuralDROID integrates actions with its action adapter, which knows no contacts (``neuralsim/envs/adapter.py``).
 Four arms are compared with the recorded one at the episode's last frame:
@@ -19,7 +19,7 @@ a table-aware adapter would feed it) and the recorded arm, with the same noise f
 frames 33 on, and at the last frame, paired against the adapter's arm.
 
     python scripts/contact_replay.py --world-model neuralsim/assets/world_model --task push_to_pad \
-        --out benchmarks/results/contact_replay_s65_world_model.json
+        --out runs/contact_replay_world_model.json
 """
 
 from __future__ import annotations

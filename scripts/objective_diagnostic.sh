@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 . .venv/bin/activate
 BASE="${BASE:-runs/df/model}"; STEPS="${STEPS:-300}"; MAX_MIN="${MAX_MIN:-30}"
 DATA="${DATA:-data/simdroid}"; HELDOUT="${HELDOUT:-data/simdroid_heldout}"; RUNS="${RUNS:-runs}"
-OUT="${OUT:-benchmarks/results/objective_diagnostic.json}"; THREADS="${THREADS:-2}"
+OUT="${OUT:-$RUNS/diag/fidelity.json}"; THREADS="${THREADS:-2}"
 OBJECTIVES="${OBJECTIVES:-diffusion_forcing step_forcing step_forcing_no_anchor step_forcing_no_selfforward}"
 if [ -n "${SCRATCH:-}" ]; then START=(--autoencoder-from "$BASE" --config "$SCRATCH" --seed 0); FROM="a fresh $SCRATCH DiT on $BASE's autoencoder"
 else START=(--init-from "$BASE"); FROM="$BASE"; fi

@@ -7,10 +7,10 @@
 # one thread each so that two run side by side on this 2-core machine: the full fidelity benchmark
 # (held-out + OOD) beside the optimism-bias benchmark, then the throughput benchmark alone (timing
 # needs an idle machine).  Results go to benchmarks/results/*.json; logs to $LOGS.  About 20 minutes for the
-# default 4-block DiT on the 2-core VM (session 58: 14 for fidelity beside optimism bias, 5 for throughput);
+# default 4-block DiT on the 2-core VM (14 for fidelity beside optimism bias, 5 for throughput);
 # DiT time grows with its depth (8 blocks: ~1.5x).
-# KEEP_AS=v26 first copies the results being replaced (fidelity, optimism_bias, throughput .json) to
-# *_v26.json, refusing to overwrite an existing copy, so the old model's numbers stay for --paired runs.
+# The reports being replaced (fidelity, optimism_bias, throughput .json) are first copied to $LOGS/previous/, so
+# the old model's numbers stay at hand for --paired runs (git history keeps every committed report too).
 # DECODER_FROM takes the decoder from a `--stage decoder` run (WorldModel.take_decoder_from: the two
 # must share the encoder bit for bit).
 # WINDOW is the inference window written into the shipped config (frames a new frame attends to, itself
@@ -21,12 +21,11 @@
 # trained levels; what the env runs unless told otherwise): by default the source model's own setting (None:
 # all S). Two passes score a little better than four in the first 32 frames on v13, v19 and v26 and run
 # 1.2-1.5x faster, but on v26 the last frame of a whole episode lost 0.2 dB at two, so the shipped model keeps
-# all four (session 65; docs/FIDELITY.md, "Inference settings").
+# all four (docs/FIDELITY.md, "Inference settings").
 # OB_EPISODES is the optimism-bias sample: 18 held-out episodes (seeds 1,000,000-1,000,017, six per task
-# family) by default. Nine could not rank two models (session 42: two sets of nine disagreed on the
-# direction of a v14/v15 difference). v14 and v15 were measured on these same 18 episodes, as two sets
-# of nine (benchmarks/results/optimism_bias_v1[45]*.json).
-# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL, DECODER_FROM, WINDOW, DENOISING_STEPS, KEEP_AS.
+# family) by default. Nine could not rank two models (two sets of nine disagreed on the direction of a
+# difference between two models).
+# Environment knobs: HELDOUT, OOD, OB_EPISODES, LOGS, SKIP_EVAL, DECODER_FROM, WINDOW, DENOISING_STEPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
@@ -37,19 +36,13 @@ OB_EPISODES="${OB_EPISODES:-18}"; LOGS="${LOGS:-runs/ship}"
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
 mkdir -p "$LOGS"
 
-RESULTS=benchmarks/results; REPLACED="fidelity optimism_bias throughput"
-if [ -n "${KEEP_AS:-}" ] && [ -z "${SKIP_EVAL:-}" ]; then
-  for name in $REPLACED; do
-    if [ -e "$RESULTS/${name}_$KEEP_AS.json" ]; then
-      echo "KEEP_AS=$KEEP_AS: $RESULTS/${name}_$KEEP_AS.json exists already; not overwriting it" >&2; exit 2
-    fi
+RESULTS=benchmarks/results
+if [ -z "${SKIP_EVAL:-}" ]; then
+  mkdir -p "$LOGS/previous"
+  for name in fidelity optimism_bias throughput; do
+    if [ -e "$RESULTS/$name.json" ]; then cp "$RESULTS/$name.json" "$LOGS/previous/$name.json"; fi
   done
-  for name in $REPLACED; do
-    if [ -e "$RESULTS/$name.json" ]; then cp "$RESULTS/$name.json" "$RESULTS/${name}_$KEEP_AS.json"; fi
-  done
-  echo "== kept the old results as $RESULTS/*_$KEEP_AS.json"
-elif [ -z "${SKIP_EVAL:-}" ]; then
-  echo "== note: the benchmarks overwrite $RESULTS/{fidelity,optimism_bias,throughput}.json (KEEP_AS=vNN keeps them)"
+  echo "== the reports being replaced are copied to $LOGS/previous/"
 fi
 
 echo "== $(date -u +%FT%TZ) converting $SRC -> $DST (float16)"
