@@ -393,7 +393,8 @@ def end_frame_scores(generated: Sequence[np.ndarray], episodes: Sequence[EvalEpi
             "per_episode_psnr": [round(float(x), 3) for x in gen]}
 
 
-def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int, batch_frames: int = 64) -> list[np.ndarray]:
+def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int,
+                           batch_frames: int = 64) -> list[np.ndarray]:
     """The true frames 0..``last_frame`` of each episode, encoded and decoded by the model's autoencoder.
 
     A world model's frames pass through the same decoder, so these frames score the best any DiT could
@@ -402,7 +403,8 @@ def autoencoder_round_trip(wm, episodes: Sequence[EvalEpisode], last_frame: int,
     return [round_trip_frames(wm, e.frames[:last_frame + 1], batch_frames, reference=e.frames[0]) for e in episodes]
 
 
-def round_trip_frames(wm, frames: np.ndarray, batch_frames: int = 64, reference: np.ndarray | None = None) -> np.ndarray:
+def round_trip_frames(wm, frames: np.ndarray, batch_frames: int = 64,
+                      reference: np.ndarray | None = None) -> np.ndarray:
     """uint8 frames (T, V, S, S, 3) encoded and decoded by the model's autoencoder, ``batch_frames`` at a time.
 
     ``reference``: the episode's first frame (V, S, S, 3), which a model with a reference head decodes
@@ -421,7 +423,8 @@ def round_trip_frames(wm, frames: np.ndarray, batch_frames: int = 64, reference:
             else (views, latents)
     with torch.no_grad():
         parts = [wm.decode(wm.encode(frames[i:i + batch_frames]),
-                           None if ref is None else (ref[0][i:i + batch_frames], ref[1][i:i + batch_frames])).cpu().numpy()
+                           None if ref is None else (ref[0][i:i + batch_frames],
+                                                     ref[1][i:i + batch_frames])).cpu().numpy()
                  for i in range(0, len(frames), batch_frames)]
     return np.concatenate(parts).astype(np.uint8)
 
@@ -437,7 +440,8 @@ def probe_floors(probe, episodes: Sequence[EvalEpisode], decoded_last: np.ndarra
     truth_xy = np.stack([e.target_final_xy for e in episodes])
     rgb = np.stack([e.target_rgb for e in episodes])
     out = {}
-    sources = (("probe_on_true_frames", np.stack([e.frames[-1] for e in episodes])), ("probe_on_round_trip", decoded_last))
+    sources = (("probe_on_true_frames", np.stack([e.frames[-1] for e in episodes])),
+               ("probe_on_round_trip", decoded_last))
     for name, frames in sources:
         if frames is not None:
             err = np.linalg.norm(locate(probe, frames[:, ext], rgb)[:, :2] - truth_xy, axis=1)
@@ -731,16 +735,18 @@ def format_paired(diff: dict[str, Any]) -> str:
     if "cube_end_error_m" in diff:
         c = diff["cube_end_error_m"]
         ci = "" if c["se"] is None else f" ± {100 * (c['ci95'][1] - c['mean']):.1f}"
-        lines.append(f"cube end error {100 * c['mean']:+.1f}{ci} cm; B nearer the true cube in {c['b_better']}/{c['n']}; "
-                     f"{c['into_5cm']} episodes move into and {c['out_of_5cm']} out of 5 cm"
-                     + (f" (share {100 * c['share_below_5cm']['a']:.0f}% -> {100 * c['share_below_5cm']['b']:.0f}%, "
-                        f"exact McNemar p = {c['share_below_5cm']['mcnemar_p']:.3g})" if "share_below_5cm" in c else ""))
+        share = c.get("share_below_5cm")
+        lines.append(f"cube end error {100 * c['mean']:+.1f}{ci} cm; B nearer the true cube in "
+                     f"{c['b_better']}/{c['n']}; {c['into_5cm']} episodes move into and {c['out_of_5cm']} out of 5 cm"
+                     + (f" (share {100 * share['a']:.0f}% -> {100 * share['b']:.0f}%, "
+                        f"exact McNemar p = {share['mcnemar_p']:.3g})" if share is not None else ""))
     return "\n".join(lines)
 
 
 def last_frames_round_trip(wm, episodes: Sequence[EvalEpisode]) -> np.ndarray:
     """Each episode's true last frame through ``wm``'s autoencoder, (N, V, S, S, 3): the probe's round-trip floor."""
-    return round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes]), reference=np.stack([e.frames[0] for e in episodes]))
+    return round_trip_frames(wm, np.stack([e.frames[-1] for e in episodes]),
+                             reference=np.stack([e.frames[0] for e in episodes]))
 
 
 def check_targets(split: dict[str, Any]) -> dict[str, bool | None]:
@@ -751,7 +757,8 @@ def check_targets(split: dict[str, Any]) -> dict[str, bool | None]:
     ssim_in, ssim_out, psnr_in = get("ssim", "in_horizon"), get("ssim", "beyond"), get("psnr", "in_horizon")
     share = (split.get("position") or {}).get("share_below_5cm")
     ok = lambda v, t: None if v is None else bool(v >= t)  # noqa: E731
-    return {"ssim_in_horizon": ok(ssim_in, TARGETS["ssim_in_horizon"]), "ssim_beyond": ok(ssim_out, TARGETS["ssim_beyond"]),
+    return {"ssim_in_horizon": ok(ssim_in, TARGETS["ssim_in_horizon"]),
+            "ssim_beyond": ok(ssim_out, TARGETS["ssim_beyond"]),
             "psnr_in_horizon": ok(psnr_in, TARGETS["psnr_in_horizon"]),
             "share_below_5cm": ok(share, TARGETS["share_below_5cm"])}
 
@@ -932,11 +939,12 @@ def format_table(report: dict[str, Any]) -> str:
             for name, g in (r.get("by_group") or {}).items():
                 cube = "" if g.get("share_below_5cm") is None else f", cube < 5 cm {100 * g['share_below_5cm']:.0f}%"
                 detail.append(f"  {entry['label']:<12} {split:<8} {name:<20} {g['episodes']:>3} episodes: PSNR "
-                              f"{_fmt(g['psnr_in_horizon'], 0, 2).strip()} / {_fmt(g['psnr_beyond'], 0, 2).strip()} dB, "
-                              f"SSIM {_fmt(g['ssim_in_horizon'], 0, 4).strip()} / {_fmt(g['ssim_beyond'], 0, 4).strip()}"
-                              f"{cube} (in / beyond, episode means)")
+                              f"{_fmt(g['psnr_in_horizon'], 0, 2).strip()} / {_fmt(g['psnr_beyond'], 0, 2).strip()} "
+                              f"dB, SSIM {_fmt(g['ssim_in_horizon'], 0, 4).strip()} / "
+                              f"{_fmt(g['ssim_beyond'], 0, 4).strip()}{cube} (in / beyond, episode means)")
             if "targets_met" in r:
-                t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}" for k, v in r["targets_met"].items())
+                t = ", ".join(f"{k} {'yes' if v else ('no' if v is not None else '-')}"
+                              for k, v in r["targets_met"].items())
                 detail.append(f"  {entry['label']:<12} {split:<8} targets: {t}")
     if not ae_only:
         lines.append(f"(conditioning: {cond} -- " + ("the env replays the recorded actions)" if cond == "replay" else
@@ -996,8 +1004,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "JSON reports of the same split (REPORT.json, or REPORT.json:LABEL when it holds several models)")
     p.add_argument("--data", default=d.data, help="held-out SimDROID split (default %(default)s)")
     p.add_argument("--ood-data", dest="ood_data", default=None, help="out-of-distribution split, reported separately")
-    p.add_argument("--quick", action="store_true", help=f"{QUICK_EPISODES} held-out / {QUICK_OOD_EPISODES} OOD episodes, "
-                                                        "never trains the probe (< 60 s)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"{QUICK_EPISODES} held-out / {QUICK_OOD_EPISODES} OOD episodes, never trains the probe (< 60 "
+                        "s)")
     p.add_argument("--max-episodes", dest="max_episodes", type=int, default=None, help="episodes per split")
     p.add_argument("--seed", type=int, default=d.seed, help="world-model noise: episode i uses seed + i")
     p.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="episodes generated at once")

@@ -1,7 +1,8 @@
 """Judge accuracy against ground-truth rubric levels: exact level and within +-1.
 
 Usage:
-    python -m benchmarks.judge_accuracy --data data/simdroid_heldout --judge roboworld:offline [--group-by family] [--limit 200]
+    python -m benchmarks.judge_accuracy --data data/simdroid_heldout --judge roboworld:offline \\
+        [--group-by family] [--limit 200]
 
 Scores every labelled episode of a SimDROID dataset directory (``meta/episodes.jsonl`` with the
 final ``rubric_level`` + ``videos/<view>/episode_XXXXXX.mp4``) with the named judge -- the offline
@@ -41,8 +42,8 @@ class Args:
 def run(args: Args) -> dict:
     family, _, rest = args.judge.partition(":")
     if family not in ("roboworld", "binary"):
-        raise ValueError(f"judge accuracy compares rubric levels; use a 'roboworld:' or 'binary:' judge, got {args.judge!r} "
-                         f"(families: {sorted(RUBRIC_OF_FAMILY)})")
+        raise ValueError("judge accuracy compares rubric levels; use a 'roboworld:' or 'binary:' judge, got "
+                         f"{args.judge!r} (families: {sorted(RUBRIC_OF_FAMILY)})")
     judge = make_judge(RUBRIC_OF_FAMILY[family], rest or "offline")
     rows = read_episode_index(args.data)[: args.limit]
     truth, preds, groups, failures = [], [], [], []
@@ -65,7 +66,8 @@ def run(args: Args) -> dict:
     }
     if args.group_by:
         result["by_" + args.group_by] = grouped_accuracy(zip(groups, truth, preds))
-    out = Path(args.out) if args.out else RESULTS_DIR / f"judge_accuracy_{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.judge)}.json"
+    judge_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.judge)
+    out = Path(args.out) if args.out else RESULTS_DIR / f"judge_accuracy_{judge_name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     result["path"] = str(out)
@@ -75,8 +77,10 @@ def run(args: Args) -> dict:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.judge_accuracy", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="labelled dataset directory (held-out episodes)")
-    p.add_argument("--judge", default="roboworld:offline", help="judge name, e.g. roboworld:offline or roboworld:openai/gpt-4o")
-    p.add_argument("--group-by", default=None, help="episodes.jsonl field to break accuracy down by (family, source, ...)")
+    p.add_argument("--judge", default="roboworld:offline",
+                   help="judge name, e.g. roboworld:offline or roboworld:openai/gpt-4o")
+    p.add_argument("--group-by", default=None,
+                   help="episodes.jsonl field to break accuracy down by (family, source, ...)")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--out", default=None, help="JSON output path (default benchmarks/results/...)")
     a = p.parse_args(argv)

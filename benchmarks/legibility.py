@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -16,8 +16,8 @@ rays), so no table geometry is learned and the answer is a 3-D position; the ben
 
 Training data: SimDROID expert rollouts of both distributions (``"train"`` and ``"ood"`` colours and
 positions), seeds :data:`PROBE_SEED` + i, every ``stride``-th frame and every frame of the settled
-end of the episode, every cube of every kept frame, with blur / brightness / noise augmentation so that decoded world-model frames
-are not out of distribution for the probe.  ``--decoded-from MODEL`` also passes every render through
+end of the episode, every cube of every kept frame, with blur / brightness / noise augmentation so that decoded
+world-model frames are not out of distribution for the probe.  ``--decoded-from MODEL`` also passes every render through
 that world model's autoencoder (encode, decode) and lets half of every batch read the decoded copy,
 labelled with the simulator's position.  Tried on the shipped autoencoder (session 22) it did not help:
 the probe found the cube on held-out decoded renders only 29% of the time (9.7 cm mean), and on
@@ -195,7 +195,8 @@ def collect_samples(num_episodes: int, seed: int = PROBE_SEED, stride: int = 4, 
     from neuralsim.envs.experts import ScriptedExpert
     from neuralsim.envs.sim_droid import TASK_FAMILIES, SimDROIDEnv
 
-    envs = {d: SimDROIDEnv(image_size=image_size, reward_fn=None, distribution=d, scene=scene) for d in ("train", "ood")}
+    envs = {d: SimDROIDEnv(image_size=image_size, reward_fn=None, distribution=d, scene=scene)
+            for d in ("train", "ood")}
     views, colours, xyz, episode = [], [], [], []
     try:
         for i in tqdm(range(num_episodes), disable=not progress, desc="probe renders", unit="ep"):
@@ -246,7 +247,8 @@ def add_round_trip(samples: dict[str, np.ndarray], world_model, batch_frames: in
     out = np.empty_like(views)
     for i in tqdm(range(0, len(views), batch_frames), disable=not progress, desc="probe round trip", unit="batch"):
         chunk = views[i:i + batch_frames]
-        out[i:i + len(chunk)] = _resize_views(round_trip_frames(world_model, _resize_views(chunk, ae), batch_frames), size)
+        out[i:i + len(chunk)] = _resize_views(round_trip_frames(world_model, _resize_views(chunk, ae), batch_frames),
+                                              size)
     return {**samples, "decoded_views": out}
 
 

@@ -146,9 +146,9 @@ def _level(judgement: Any) -> float | None:
 def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
     import torch
 
-    from neuralsim.envs.neural_droid import NeuralDROIDEnv
     from neuralsim.envs.episodes import EpisodeSpec
     from neuralsim.envs.experts import ScriptedExpert
+    from neuralsim.envs.neural_droid import NeuralDROIDEnv
     from neuralsim.envs.sim_droid import TASK_FAMILIES, SimDROIDEnv
     from neuralsim.rewards import make_reward_fn
     from neuralsim.wrappers import PERTURBATIONS, apply_perturbation
@@ -214,14 +214,16 @@ def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
                 truth = _replay(s_env, seed, {"task": task}, clean)
                 pred = _replay(wm, seed, {"episode": spec}, truth["sent"])
                 n = min(len(truth["sent"]), len(pred["sent"]))
+                probed = None if probe is None else (probe_success(probe, pred["episode"], spec.metadata),
+                                                     probe_success(probe, truth["episode"], spec.metadata))
                 row = {
                     "seed": seed, "task": task, "family": family or "nominal",
                     "true_success": bool(truth["info"]["success"]),
                     "true_level": int(truth["info"]["rubric_level"]),
                     "predicted_level": _level(pred["info"].get("judgement")),
                     "judge_on_truth_level": _level(judge(truth["episode"])),
-                    "probe_predicted_success": None if probe is None else probe_success(probe, pred["episode"], spec.metadata),
-                    "probe_on_truth_success": None if probe is None else probe_success(probe, truth["episode"], spec.metadata),
+                    "probe_predicted_success": None if probed is None else probed[0],
+                    "probe_on_truth_success": None if probed is None else probed[1],
                     "fired": bool(truth["fired"]),
                     "action_stream_max_diff": float(np.abs(truth["sent"][:n] - pred["sent"][:n]).max()) if n else 0.0,
                 }
@@ -397,7 +399,10 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"the two results hold different rollouts: {len(only_a)} only in A (e.g. {only_a[:2]}), "
                          f"{len(only_b)} only in B (e.g. {only_b[:2]}); compare runs with the same --episodes, "
                          f"--seed, --families and --tasks")
-    differ = [k for k in ra if (ra[k]["true_success"], ra[k].get("true_level")) != (rb[k]["true_success"], rb[k].get("true_level"))]
+    def outcome(r: dict) -> tuple:
+        return r["true_success"], r.get("true_level")
+
+    differ = [k for k in ra if outcome(ra[k]) != outcome(rb[k])]
     if differ:
         raise ValueError(f"{len(differ)} rollouts have a different SimDROID truth in A and B (e.g. {differ[0]}); "
                          f"were they run with another --severity or --steps?")
@@ -406,7 +411,8 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for part, pick in (("bias_res", lambda r: r["family"] != "nominal" and not r["true_success"]),
                            ("tcr", lambda r: r["family"] == "nominal" and r["true_success"])):
-            keys = [k for k in sorted(ra) if pick(ra[k]) and ra[k].get(column) is not None and rb[k].get(column) is not None]
+            keys = [k for k in sorted(ra)
+                    if pick(ra[k]) and ra[k].get(column) is not None and rb[k].get(column) is not None]
             right_a = [wanted(ra[k][column], part) for k in keys]
             right_b = [wanted(rb[k][column], part) for k in keys]
             a_only = sum(x and not y for x, y in zip(right_a, right_b))
@@ -445,7 +451,8 @@ def format_paired(res: dict[str, Any], name_a: str, name_b: str) -> str:
                          f"{cell(c['b'], c['b_ci95']):>22s} {diff:>7s} {c['both']:4d} {c['a_only']:6d} "
                          f"{c['b_only']:6d} {c['neither']:7d} {c['p']:6.3f}")
     lines.append("Bias Res.: truly failing perturbed rollouts shown failing; TCR: truly successful nominal rollouts "
-                 "shown succeeding; [95% Wilson interval]; p: exact McNemar test on the rollouts only one side gets right")
+                 "shown succeeding; [95% Wilson interval]; p: exact McNemar test on the rollouts only one side gets "
+                 "right")
     return "\n".join(lines)
 
 
@@ -480,14 +487,15 @@ def format_table(res: dict[str, Any]) -> str:
                      f"{_f(vt['judge_success_agreement'])} (levels within 1: {_f(vt['judge_level_within_1'])}, "
                      f"n={vt['judge_rollouts']}), probe {_f(vt['probe_success_agreement'])} (n={vt['probe_rollouts']})")
     lines.append(
-        f"MiraBench layout: TCR {_f(nom['success_preservation'], '{:.1%}')}{_pct_ci(nom.get('success_preservation_ci95'))}"
-        f"  Bias Res. {_f(overall['failure_preservation'], '{:.1%}')}{_pct_ci(overall.get('failure_preservation_ci95'))}"
-        f"  -> target (>= {TARGET:.0%} both) "
-        f"{'met' if res['passes'] else 'NOT met'} (by the object probe: TCR "
+        "MiraBench layout: TCR "
+        f"{_f(nom['success_preservation'], '{:.1%}')}{_pct_ci(nom.get('success_preservation_ci95'))}  Bias Res. "
+        f"{_f(overall['failure_preservation'], '{:.1%}')}{_pct_ci(overall.get('failure_preservation_ci95'))}  -> "
+        f"target (>= {TARGET:.0%} both) {'met' if res['passes'] else 'NOT met'} (by the object probe: TCR "
         f"{_f(nom['probe_success_preservation'], '{:.1%}')}, Bias Res. "
-        f"{_f(overall['probe_failure_preservation'], '{:.1%}')}).  Bias Res. = failure preservation over truly failing perturbed "
-        f"rollouts (judge level < 5 on the world model's video); judge|truth = the same judge on SimDROID's "
-        f"frames; probe = failure preservation read by the object probe; drop = nominal minus perturbed predicted level.  {res['seconds']:.0f} s")
+        f"{_f(overall['probe_failure_preservation'], '{:.1%}')}).  Bias Res. = failure preservation over truly failing "
+        "perturbed rollouts (judge level < 5 on the world model's video); judge|truth = the same judge on SimDROID's "
+        "frames; probe = failure preservation read by the object probe; drop = nominal minus perturbed predicted "
+        f"level.  {res['seconds']:.0f} s")
     return "\n".join(lines)
 
 
@@ -535,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"results: {a.out}")
         return 0
     cfg = Config(episodes=a.episodes, severity=a.severity, seed0=a.seed0, families=a.families, tasks=a.tasks,
-                 steps=a.steps, checkpoint=a.checkpoint, judge=a.judge, pairwise=a.pairwise, probe=a.probe, threads=a.threads,
+                 steps=a.steps, checkpoint=a.checkpoint, judge=a.judge, pairwise=a.pairwise, probe=a.probe,
+                 threads=a.threads,
                  videos=a.videos)
     if a.quick:
         cfg.episodes, cfg.families, cfg.tasks = 1, a.families or ["premature_release"], a.tasks or ["put_in_bowl"]

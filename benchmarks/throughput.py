@@ -45,7 +45,8 @@ def _recompute_step(wm, history, hist_cond, cond, generator, window, reference=N
     b = cond.shape[0]
     x = sample_noise((b, d.num_views, d.latent_channels, d.latent_size, d.latent_size), generator, wm.device)
     ts = [0.0] + list(wm.config.schedule)
-    hist, hc = history[:, -(window - 1):] if window > 1 else history[:, :0], hist_cond[:, -(window - 1):] if window > 1 else hist_cond[:, :0]
+    keep = slice(-(window - 1), None) if window > 1 else slice(0, 0)
+    hist, hc = history[:, keep], hist_cond[:, keep]
     for k in range(len(ts) - 1, 0, -1):
         seq = torch.cat([hist, x[:, None]], 1)
         t = torch.zeros(seq.shape[:2])
@@ -238,15 +239,15 @@ def main(argv: list[str] | None = None) -> int:
             r = {"threads": n_threads, **measure(wm, b, steps, window, repeats=repeats)}
             results.append(r)
             print(f"{n_threads} thread(s), batch {b:3d}: cached {r['cached_frames_per_s']:7.1f} frames/s "
-                  f"({r['cached_time_steps_per_s']:.1f} steps/s), recompute {r['recompute_frames_per_s']:7.1f} frames/s, "
-                  f"speedup x{r['cache_speedup']:.1f}, cache {r['cache_memory_mb']:.2f} MiB{_steal_note(r)}")
+                  f"({r['cached_time_steps_per_s']:.1f} steps/s), recompute {r['recompute_frames_per_s']:7.1f} "
+                  f"frames/s, speedup x{r['cache_speedup']:.1f}, cache {r['cache_memory_mb']:.2f} MiB{_steal_note(r)}")
         if args.env:
             for n in sorted({1, *args.batch_sizes}):
                 r = {"threads": n_threads, **measure_env(args.model, n, steps, warmup=window, repeats=repeats,
                                                             denoising_steps=args.denoising_steps)}
                 env_results.append(r)
-                print(f"{n_threads} thread(s), NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s = "
-                      f"{r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call){_steal_note(r)}")
+                print(f"{n_threads} thread(s), NeuralDROID-v0 N={n:3d}: {r['step_calls_per_s']:6.1f} env.step calls/s "
+                      f"= {r['env_steps_per_s']:6.1f} env steps/s ({r['ms_per_call']:.0f} ms per call){_steal_note(r)}")
     out = {
         "model": args.model or f"untrained preset '{args.config}'",
         "dit_params": sum(q.numel() for q in wm.dit.parameters()),

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'perturbation':<22} {'SimDROID level':>14} {'judged in world model':>22}  verdict")
     for name, level, judged in rows:
         if level == 5:
-            verdict = "task done in physics" if judged >= 4.5 else "pessimistic: done in physics, not in the world model"
+            verdict = ("task done in physics" if judged >= 4.5
+                       else "pessimistic: done in physics, not in the world model")
         else:
             verdict = "optimistic: the world model let it succeed" if judged >= 4.5 else "failure preserved"
         print(f"{name:<22} {level:>14d} {judged:>22.1f}  {verdict}")

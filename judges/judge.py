@@ -107,7 +107,8 @@ class Judge:
         env = gym.make("NeuralDROID-v0", reward_fn=judge)
     """
 
-    def __init__(self, rubric: str | Rubric, backend: Backend, *, cache: JudgeCache | str | os.PathLike | None | bool = None,
+    def __init__(self, rubric: str | Rubric, backend: Backend, *,
+                 cache: JudgeCache | str | os.PathLike | None | bool = None,
                  retry: RetryPolicy | None = None) -> None:
         self.rubric = load_rubric(rubric) if isinstance(rubric, str) else rubric
         self.backend = backend
@@ -201,7 +202,7 @@ class Judge:
         bias = optimism_bias(votes, int(r.bias_threshold or 3))
         criteria = {"votes": votes, "same_votes": same, "different_votes": len(votes) - same, "optimism_bias": bias,
                     "progress": list(progress)}
-        rationale = f"{same} of {len(votes)} late-phase frames judged Same -> " + ("optimism bias" if bias else "no bias")
+        rationale = f"{same} of {len(votes)} late-phase frames judged Same -> {'optimism bias' if bias else 'no bias'}"
         return self._finish(1.0 if bias else 0.0, calls, criteria=criteria, rationale=rationale)
 
     # ---- one model call: cache, retries, validation -------------------------------------------
@@ -258,7 +259,8 @@ class Judge:
             j = self._fail(f"{type(e).__name__}: {e}")
         j.latency_s = time.perf_counter() - t0
         if not j.ok:
-            logger.error("judgement failed (%s %s/%s): %s", self.rubric.name, self.backend.name, self.backend.model, j.error)
+            logger.error("judgement failed (%s %s/%s): %s", self.rubric.name, self.backend.name, self.backend.model,
+                         j.error)
         return j
 
     def _fail(self, error: str) -> Judgement:

@@ -265,7 +265,8 @@ def load_rubric(name_or_path: str) -> Rubric:
     if not path.suffix:
         path = RUBRIC_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
-        raise ValueError(f"unknown rubric {name_or_path!r}; available: {available_rubrics()} (or a path to a YAML file)")
+        raise ValueError(f"unknown rubric {name_or_path!r}; available: {available_rubrics()} "
+                         "(or a path to a YAML file)")
     d = yaml.safe_load(path.read_text())
     ans = d["answer"]
     fields = tuple(

@@ -18,7 +18,7 @@ logging.getLogger("OpenGL.acceleratesupport").setLevel(logging.WARNING)
 
 __version__ = "0.1.0"
 
-from .envs import register_envs
+from .envs import register_envs  # noqa: E402  (after MUJOCO_GL is set, above)
 
 register_envs()
 

@@ -218,7 +218,8 @@ def _add_data(sub) -> None:
                    help="a failure-perturbation family (e.g. premature_release) or 'all' (one per episode among those "
                         "that apply to its task): the clean expert's actions replayed through that wrapper, to "
                         "--max-steps, as the optimism-bias benchmark's truth (ignores --failure-share)")
-    g.add_argument("--severity", type=float, default=0.5, help="with --perturbation: its severity in [0, 1] (default 0.5)")
+    g.add_argument("--severity", type=float, default=0.5,
+                   help="with --perturbation: its severity in [0, 1] (default 0.5)")
     g.add_argument("--frames-format", dest="frames_format", choices=("mp4", "npy"), default="mp4",
                    help="mp4 (H.264, default) or npy: raw uint8 frames, ~15x larger, for a machine without ffmpeg")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")

@@ -244,7 +244,8 @@ def wrist_camera_pose(cartesian):
     xp, is_torch = _backend(cartesian)
     offset, rot = _wrist_camera_in_flange()
     if is_torch:
-        offset = xp.tensor(offset, dtype=cartesian.dtype, device=cartesian.device)  # a copy: the constants are read-only
+        # a copy: the constants are read-only
+        offset = xp.tensor(offset, dtype=cartesian.dtype, device=cartesian.device)
         rot = xp.tensor(rot, dtype=cartesian.dtype, device=cartesian.device)
     flange = euler_xyz_to_matrix(cartesian[..., 3:6])
     return cartesian[..., :3] + (flange @ offset[:, None])[..., 0], flange @ rot

@@ -32,9 +32,20 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from .base import (ACTION_DIM, ACTION_MODES, DEFAULT_REPLAN_EVERY, ActionModeMismatchError, ChunkedController,
-                   EpisodeResult, MissingDependencyError, Policy, PolicyOutputError, UnknownPolicyError,
-                   as_action_chunk, run_episode)
+from .base import (
+    ACTION_DIM,
+    ACTION_MODES,
+    DEFAULT_REPLAN_EVERY,
+    ActionModeMismatchError,
+    ChunkedController,
+    EpisodeResult,
+    MissingDependencyError,
+    Policy,
+    PolicyOutputError,
+    UnknownPolicyError,
+    as_action_chunk,
+    run_episode,
+)
 
 __all__ = [
     "ACTION_DIM", "ACTION_MODES", "DEFAULT_REPLAN_EVERY", "ActionModeMismatchError", "ChunkedController",

@@ -300,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="e.g. roboworld:offline, roboworld:openai/gpt-4o, none")
     p.add_argument("--replan-every", dest="replan_every", type=int, default=d.replan_every,
                    help="actions of each chunk run open loop before the policy is asked again (default %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="world-model noise seed of the first episode (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="world-model noise seed of the first episode (default %(default)s)")
     p.add_argument("--out", default=d.out, help="directory for the videos and results.json (default %(default)s)")
     p.add_argument("--no-truth", dest="truth", action="store_false", help="skip the SimDROID replay")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (default 1)")

@@ -35,9 +35,18 @@ from typing import Any
 import numpy as np
 
 from .base import ACTION_MODES
-from .openpi_client import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_RESPONSE_TIMEOUT, PolicyServerError,
-                            WebsocketConnection, actions_from_reply, observation_image, observation_state,
-                            parse_resolution, server_uri)
+from .openpi_client import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PORT,
+    DEFAULT_RESPONSE_TIMEOUT,
+    PolicyServerError,
+    WebsocketConnection,
+    actions_from_reply,
+    observation_image,
+    observation_state,
+    parse_resolution,
+    server_uri,
+)
 
 log = logging.getLogger(__name__)
 

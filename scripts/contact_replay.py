@@ -87,7 +87,8 @@ def measure(root: str | Path, max_episodes: int | None = None) -> dict:
     by_task = {}
     for task in sorted({r["task"] for r in rows}):
         sel = [r for r in rows if r["task"] == task]
-        by_task[task] = {"episodes": len(sel), **{arm: {"end_flange_error_m_mean": float(np.mean([r[arm] for r in sel])),
+        by_task[task] = {"episodes": len(sel),
+                         **{arm: {"end_flange_error_m_mean": float(np.mean([r[arm] for r in sel])),
                                                         "within_5cm": int(sum(r[arm] < TOLERANCE_M for r in sel))}
                                                   for arm in arms}}
     return {"data": str(root), "episodes": len(rows), "by_task": by_task, "per_episode": rows}
@@ -109,7 +110,8 @@ def measure_world_model(checkpoint: str, root: str | Path, task: str = "push_to_
     from neuralsim.envs.sim_droid import SimDROIDEnv
 
     wm = load_world_model(checkpoint)
-    episodes = [e for e in F.load_split(root, wm.config.autoencoder.image_size, max_episodes) if e.record["task"] == task]
+    episodes = [e for e in F.load_split(root, wm.config.autoencoder.image_size, max_episodes)
+                if e.record["task"] == task]
     if not episodes:
         raise FileNotFoundError(f"{str(root)!r} has no {task!r} episodes among its first {max_episodes or 'all'}")
     env = SimDROIDEnv()
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{w['checkpoint']} on {len(w['episode_indices'])} {w['task']} episodes, PSNR (dB) by the arm it is "
               "conditioned on; the paired difference from the adapter's arm, 95% interval, episodes higher:")
         for arm in WORLD_MODEL_ARMS:
-            cells = "".join(f"  {win} {np.mean([x for x in v if x is not None]):6.2f}" for win, v in w["psnr_db"][arm].items())
+            cells = "".join(f"  {win} {np.mean([x for x in v if x is not None]):6.2f}"
+                            for win, v in w["psnr_db"][arm].items())
             print(f"{arm:10s}{cells}")
             for win, d in w["paired_against_adapter"].get(arm, {}).items():
                 if d["n"]:

@@ -69,7 +69,8 @@ def test_serve_policy_over_a_real_websocket(tiny_checkpoint, capsys, one_torch_t
 
 def test_optimism_check(tiny_checkpoint, capsys, one_torch_thread):
     module = load("optimism_check")
-    args = ["--checkpoint", str(tiny_checkpoint), "--steps", "12", "--families", "premature_release", "wrist_tilt_grasp"]
+    args = ["--checkpoint", str(tiny_checkpoint), "--steps", "12", "--families", "premature_release",
+            "wrist_tilt_grasp"]
     assert module.main(args) == 0
     out = capsys.readouterr().out
     rows = re.findall(r"^(none \(clean plan\)|[a-z_]+)\s+([0245])\s+(\d\.\d)\s+(.+)$", out, flags=re.M)

@@ -66,7 +66,8 @@ class GeminiBackend(Backend):
             from google import genai
             from google.genai import errors, types
         except ImportError as e:
-            raise MissingDependencyError("the Gemini judge backend needs google-genai: pip install 'neuralsim[gemini]'") from e
+            raise MissingDependencyError("the Gemini judge backend needs google-genai: pip install "
+                                         "'neuralsim[gemini]'") from e
         if json_mode not in ("schema", "object", "none"):
             raise ValueError(f"json_mode must be 'schema', 'object' or 'none', got {json_mode!r}")
         if not model:
@@ -140,6 +141,7 @@ class GeminiBackend(Backend):
         except Exception as e:  # blocked / empty candidates
             raise InvalidAnswerError(f"Gemini response has no text: {e}") from None
         um = resp.usage_metadata
-        out_tokens = int(getattr(um, "candidates_token_count", 0) or 0) + int(getattr(um, "thoughts_token_count", 0) or 0)
+        out_tokens = (int(getattr(um, "candidates_token_count", 0) or 0)
+                      + int(getattr(um, "thoughts_token_count", 0) or 0))
         return BackendReply(text=text or "", input_tokens=int(getattr(um, "prompt_token_count", 0) or 0),
                             output_tokens=out_tokens)

@@ -71,7 +71,8 @@ class OpenAIBackend(Backend):
         try:
             import openai
         except ImportError as e:
-            raise MissingDependencyError("the OpenAI judge backend needs the openai client: pip install 'neuralsim[openai]'") from e
+            raise MissingDependencyError("the OpenAI judge backend needs the openai client: pip install "
+                                         "'neuralsim[openai]'") from e
         if json_mode not in JSON_MODES:
             raise ValueError(f"json_mode must be one of {JSON_MODES}, got {json_mode!r}")
         if image_detail not in ("auto", "low", "high"):
@@ -132,14 +133,16 @@ class OpenAIBackend(Backend):
                 max_tokens=self.max_tokens, timeout=timeout_s, **kwargs,
             )
         except (oa.APITimeoutError, oa.APIConnectionError) as e:
-            raise TransientBackendError(f"OpenAI request failed: {type(e).__name__}: {scrub(str(e), self._key)}") from None
+            raise TransientBackendError(f"OpenAI request failed: {type(e).__name__}: "
+                                        f"{scrub(str(e), self._key)}") from None
         except oa.APIStatusError as e:
             msg = f"OpenAI request failed with HTTP {e.status_code}: {scrub(str(e), self._key)}"
             if e.status_code in TRANSIENT_STATUS or e.status_code >= 500:
                 raise TransientBackendError(msg) from None
             raise PermanentBackendError(msg) from None
         except oa.OpenAIError as e:
-            raise PermanentBackendError(f"OpenAI request failed: {type(e).__name__}: {scrub(str(e), self._key)}") from None
+            raise PermanentBackendError(f"OpenAI request failed: {type(e).__name__}: "
+                                        f"{scrub(str(e), self._key)}") from None
         if not resp.choices:
             raise InvalidAnswerError("OpenAI response has no choices")
         text = resp.choices[0].message.content

@@ -51,7 +51,8 @@ class TransformersBackend(Backend):
             import torch
             from transformers import AutoModelForImageTextToText, AutoProcessor
         except ImportError as e:
-            raise MissingDependencyError("the local VLM judge backend needs transformers: pip install 'neuralsim[local-vlm]'") from e
+            raise MissingDependencyError("the local VLM judge backend needs transformers: pip install "
+                                         "'neuralsim[local-vlm]'") from e
         path = Path(model).expanduser()
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"local VLM directory {str(path)!r} has no config.json; "
@@ -97,7 +98,8 @@ class TransformersBackend(Backend):
             inputs = self.processor(text=chat, images=[self._pil(im) for im in images] or None, return_tensors="pt")
             inputs = inputs.to(self.device)
             gen: dict[str, Any] = {"max_new_tokens": self.max_new_tokens}
-            gen.update({"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False})
+            sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else None
+            gen.update(sampling or {"do_sample": False})
             with self._lock, self._torch.inference_mode():
                 out = self.vlm.generate(**inputs, **gen)
         except Exception as e:  # a local model that cannot run this input will not recover on retry

@@ -55,8 +55,10 @@ def read_episode_index(root: str | Path) -> list[dict[str, Any]]:
         if instr is None and isinstance(row.get("tasks"), list) and row["tasks"]:
             instr = row["tasks"][0]
         if "episode_index" not in row or instr is None:
-            raise ValueError(f"{path}:{n}: needs episode_index and an instruction ({INSTRUCTION_KEYS}), got keys {sorted(row)}")
-        rows.append({**row, "episode_index": int(row["episode_index"]), "instruction": instr, "rubric_level": int(level)})
+            raise ValueError(f"{path}:{n}: needs episode_index and an instruction ({INSTRUCTION_KEYS}), got keys "
+                             f"{sorted(row)}")
+        rows.append({**row, "episode_index": int(row["episode_index"]), "instruction": instr,
+                     "rubric_level": int(level)})
     return rows
 
 

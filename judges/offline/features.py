@@ -47,7 +47,8 @@ def hash_words(instruction: str, config: OfflineJudgeConfig) -> torch.Tensor:
     return torch.tensor(ids + [0] * (config.max_words - len(ids)), dtype=torch.int64)
 
 
-def collate(items: list[tuple[torch.Tensor, torch.Tensor]], max_frames: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate(items: list[tuple[torch.Tensor, torch.Tensor]],
+            max_frames: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pad (frames, words) pairs into a batch: frames (B, T, V, 3, S, S), mask (B, T), words (B, L)."""
     t = min(max_frames, max(f.shape[0] for f, _ in items))
     b = len(items)
@@ -64,4 +65,5 @@ def collate(items: list[tuple[torch.Tensor, torch.Tensor]], max_frames: int) -> 
 
 def episode_inputs(episode: Any, config: OfflineJudgeConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """(frames, words) for an Episode-like object with ``frames``, ``fps`` and ``instruction``."""
-    return encode_frames(episode.frames, float(getattr(episode, "fps", 15.0)), config), hash_words(episode.instruction, config)
+    frames = encode_frames(episode.frames, float(getattr(episode, "fps", 15.0)), config)
+    return frames, hash_words(episode.instruction, config)

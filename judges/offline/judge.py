@@ -34,9 +34,11 @@ class OfflineJudge:
 
     backend_name = "offline"
 
-    def __init__(self, weights: str | Path | None = None, rubric: str = "roboworld_progress", device: str = "cpu") -> None:
+    def __init__(self, weights: str | Path | None = None, rubric: str = "roboworld_progress",
+                 device: str = "cpu") -> None:
         if rubric not in RUBRICS:
-            raise ValueError(f"the offline judge predicts the RoboWorld level; rubric must be one of {RUBRICS}, got {rubric!r}")
+            raise ValueError(f"the offline judge predicts the RoboWorld level; rubric must be one of {RUBRICS}, got "
+                             f"{rubric!r}")
         d = Path(weights) if weights else DEFAULT_WEIGHTS_DIR
         if not (d / "model.safetensors").is_file() or not (d / "config.json").is_file():
             raise OfflineJudgeNotTrainedError(

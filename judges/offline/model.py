@@ -3,8 +3,8 @@
 Input: the sampled frames of an episode (T <= 30 at 1 fps, the RoboWorld segments concatenated),
 every frame as its three views, plus the instruction as hashed words.  Each view image, stacked
 with its difference to the episode's first frame of that view (what moved since the start: the
-cube in the bowl, the arm), goes through a shared small CNN, the three view features (with a learned view embedding) are fused
-into one token per frame, a learned time embedding is added, an instruction token is prepended,
+cube in the bowl, the arm), goes through a shared small CNN, the three view features (with a learned view
+embedding) are fused into one token per frame, a learned time embedding is added, an instruction token is prepended,
 and a small transformer encoder mixes them.  The episode's level (6-way classification) is read
 from the instruction token's output, the mean of the frame outputs and the last frame's output
 (the episode's level is the level at its end); a second head reads every frame's output as the
@@ -148,7 +148,8 @@ class OfflineJudgeModel(nn.Module):
         self.time_embed = nn.Embedding(cfg.max_frames, cfg.dim)
         self.words = nn.EmbeddingBag(cfg.vocab_buckets, cfg.dim, mode="mean", padding_idx=0)
         self.cls = nn.Parameter(torch.zeros(cfg.dim))
-        layer = nn.TransformerEncoderLayer(cfg.dim, cfg.heads, 2 * cfg.dim, cfg.dropout, batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(cfg.dim, cfg.heads, 2 * cfg.dim, cfg.dropout, batch_first=True,
+                                           norm_first=True)
         self.temporal = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(cfg.dim)
         self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(3 * cfg.dim, cfg.num_levels))

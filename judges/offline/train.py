@@ -1,7 +1,8 @@
 """Train the offline judge on labelled SimDROID episodes (and world-model rollouts labelled by SimDROID).
 
 Usage:
-    python -m judges.offline.train --data data/simdroid [--data data/wm_rollouts] --out judges/offline/weights/roboworld_progress --epochs 30
+    python -m judges.offline.train --data data/simdroid [--data data/wm_rollouts] \\
+        --out judges/offline/weights/roboworld_progress --epochs 30
 
 Each ``--data`` directory is a dataset written by ``neuralsim data generate`` (see
 :mod:`judges.offline.dataset`); the label of an episode is its final ``rubric_level``.  A seeded
@@ -51,12 +52,18 @@ import torch
 import torch.nn.functional as F
 
 from judges.offline import DEFAULT_WEIGHTS_DIR
-from judges.offline.dataset import (final_goal_offset, heldout_keys, iter_episodes, read_episode_index, split_key,
-                                    split_rows)
+from judges.offline.dataset import (
+    final_goal_offset,
+    heldout_keys,
+    iter_episodes,
+    read_episode_index,
+    split_key,
+    split_rows,
+)
 from judges.offline.evaluate import grouped_accuracy, level_accuracy
 from judges.offline.features import collate, episode_inputs, frame_indices, hash_words, resize_frames
-from judges.sampling import sample_indices
 from judges.offline.model import DISTANCE_CLIP_UNITS, DISTANCE_UNIT_M, OfflineJudgeConfig, OfflineJudgeModel
+from judges.sampling import sample_indices
 from neuralsim.envs import DEFAULT_MAX_EPISODE_STEPS
 
 logger = logging.getLogger(__name__)
@@ -222,7 +229,8 @@ def _load(cfg: TrainConfig) -> tuple[list, list]:
     heldout = heldout_keys((split_key(r) for rows in rows_of.values() for r in rows), cfg.val_fraction, cfg.seed)
     for root, rows in rows_of.items():
         tr_rows, va_rows = split_rows(rows, cfg.val_fraction, cfg.seed, heldout=heldout)
-        for ep in tqdm(iter_episodes(root, tr_rows), total=len(tr_rows), desc=f"loading {Path(root).name}", leave=False):
+        for ep in tqdm(iter_episodes(root, tr_rows), total=len(tr_rows), desc=f"loading {Path(root).name}",
+                       leave=False):
             train.append(_Stored.from_episode(ep, str(root), cfg))
         for ep in tqdm(iter_episodes(root, va_rows), total=len(va_rows), desc=f"loading {Path(root).name} (held out)",
                        leave=False):
@@ -418,10 +426,12 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     a = p.parse_args(argv)
     return TrainConfig(
         data=a.data, out=a.out, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, val_fraction=a.val_fraction,
-        seed=a.seed, max_episodes=a.max_episodes, max_steps=a.max_steps, max_minutes=a.max_minutes, class_weighting=not a.no_class_weighting,
+        seed=a.seed, max_episodes=a.max_episodes, max_steps=a.max_steps, max_minutes=a.max_minutes,
+        class_weighting=not a.no_class_weighting,
         frame_loss_weight=a.frame_loss_weight, prefix_prob=a.prefix_prob,
         hold_prob=a.hold_prob, hold_to=a.hold_to,
-        aux_loss_weight=a.aux_loss_weight, augment=not a.no_augment, device=a.device, num_threads=a.threads, weights_dtype=a.weights_dtype,
+        aux_loss_weight=a.aux_loss_weight, augment=not a.no_augment, device=a.device, num_threads=a.threads,
+        weights_dtype=a.weights_dtype,
         model=OfflineJudgeConfig(image_size=a.image_size, dim=a.dim, layers=a.layers, distance_head=a.distance_head,
                                  goal_head=a.goal_head),
     )

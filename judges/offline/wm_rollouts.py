@@ -1,7 +1,8 @@
 """World-model replays of a SimDROID dataset, labelled by SimDROID: training data for the offline judge.
 
 Usage:
-    python -m judges.offline.wm_rollouts --checkpoint runs/sf/model --data data/simdroid --out data/wm_rollouts --episodes 240
+    python -m judges.offline.wm_rollouts --checkpoint runs/sf/model --data data/simdroid --out data/wm_rollouts \\
+        --episodes 240
 
 Every chosen dataset episode is started in ``NeuralDROID-v0`` from its first frame (three views,
 joint and gripper state, instruction: :meth:`~neuralsim.envs.episodes.EpisodeSpec.from_episode`)

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path

@@ -99,10 +99,12 @@ class EpisodeSpec:
             raise EpisodeSpecError(f"views must be a dict {list(VIEW_NAMES)} -> image, got {type(self.views).__name__}")
         missing = [v for v in VIEW_NAMES if v not in self.views]
         if missing:
-            raise EpisodeSpecError(f"episode spec {self.name!r} is missing views {missing}; required: {list(VIEW_NAMES)}")
+            raise EpisodeSpecError(f"episode spec {self.name!r} is missing views {missing}; required: "
+                                   f"{list(VIEW_NAMES)}")
         unknown = sorted(set(self.views) - set(VIEW_NAMES))
         if unknown:
-            raise EpisodeSpecError(f"episode spec {self.name!r} has unknown views {unknown}; expected {list(VIEW_NAMES)}")
+            raise EpisodeSpecError(f"episode spec {self.name!r} has unknown views {unknown}; expected "
+                                   f"{list(VIEW_NAMES)}")
         self.views = {v: _check_view(v, self.views[v]) for v in VIEW_NAMES}
         shapes = {v: self.views[v].shape for v in VIEW_NAMES}
         if len(set(shapes.values())) != 1:

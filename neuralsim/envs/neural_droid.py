@@ -44,8 +44,10 @@ TRAIN_HINT = (
     "Train one (see neuralsim/world_model/train.py):\n"
     "  neuralsim data generate data/simdroid --episodes 600\n"
     "  neuralsim train --stage autoencoder --data data/simdroid --out runs/ae\n"
-    "  neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model --data data/simdroid --out runs/df\n"
-    "  neuralsim train --stage dit --objective step_forcing --init-from runs/df/model --data data/simdroid --out runs/sf\n"
+    "  neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model"
+    " --data data/simdroid --out runs/df\n"
+    "  neuralsim train --stage dit --objective step_forcing --init-from runs/df/model"
+    " --data data/simdroid --out runs/sf\n"
     "then copy runs/sf/model/* to {default} or pass checkpoint='runs/sf/model'."
 )
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -238,7 +240,8 @@ class _Core:
         a = a.reshape(-1, 8)
         bad = ~np.isfinite(a)
         if bad.any():
-            raise InvalidActionError(f"action contains NaN or inf at (row, dim) {np.argwhere(bad).tolist()}: {a.tolist()}")
+            raise InvalidActionError(f"action contains NaN or inf at (row, dim) {np.argwhere(bad).tolist()}: "
+                                     f"{a.tolist()}")
         low, high = self.action_space.low.astype(np.float64), self.action_space.high.astype(np.float64)
         clipped = np.clip(a, low, high)
         out = clipped != a
@@ -455,8 +458,8 @@ class NeuralDROIDEnv(gym.Env):
 
     ## Info
     ``instruction``, ``episode_name`` (spec name; ``info["episode"]`` is left to Gymnasium's
-    ``RecordEpisodeStatistics`` and stable-baselines3's ``Monitor``), ``step``, ``conditioning`` (the 7 numbers fed to the
-    world model: flange pose + gripper), ``action_clipped`` / ``clipped_dims`` (8 bools),
+    ``RecordEpisodeStatistics`` and stable-baselines3's ``Monitor``), ``step``, ``conditioning`` (the 7 numbers fed
+    to the world model: flange pose + gripper), ``action_clipped`` / ``clipped_dims`` (8 bools),
     ``joint_limit_hit`` (7 bools), ``timing`` (a :class:`StepTiming`: seconds spent in the adapter, the
     world model's denoising, decoding, and the whole step); at the end ``judgement`` or
     ``judgement_error``.
@@ -556,7 +559,8 @@ class NeuralDROIDEnv(gym.Env):
         return self._core.episode(0)
 
     def render(self):
-        """The 2x2 collage of the latest frame (exterior 1 | exterior 2 / wrist | black) if ``render_mode="rgb_array"``."""
+        """The 2x2 collage of the latest frame (exterior 1 | exterior 2 / wrist | black) if
+        ``render_mode="rgb_array"``."""
         if self.render_mode != "rgb_array":
             return None
         return self._core.collage(0)
@@ -640,7 +644,8 @@ class NeuralDROIDVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"unknown reset options {sorted(unknown)}; accepted: 'episode', 'reset_mask'")
         mask = options.get("reset_mask", np.ones(n, bool))
         if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ or mask.shape != (n,) or not mask.any():
-            raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({n},) with a True, got {mask!r}")
+            raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({n},) with a True, got "
+                             f"{mask!r}")
         if seed is None or isinstance(seed, (int, np.integer)):
             seeds = [None if seed is None else int(seed) + i for i in range(n)]
         else:

@@ -240,7 +240,8 @@ def build_mjcf(scene: "str | SceneConfig" = CLASSIC) -> str:
     walls = []
     for k, (px, py, sx, sy) in enumerate([(bw + bt, 0, bt, bw + 2 * bt), (-bw - bt, 0, bt, bw + 2 * bt),
                                           (0, bw + bt, bw, bt), (0, -bw - bt, bw, bt)]):
-        walls.append(f'<geom name="bowl_wall{k}" type="box" pos="{px} {py} {bh / 2}" size="{sx} {sy} {bh / 2}" rgba="0 0 1 1"/>')
+        walls.append(f'<geom name="bowl_wall{k}" type="box" pos="{px} {py} {bh / 2}" size="{sx} {sy} {bh / 2}" '
+                     'rgba="0 0 1 1"/>')
     q0 = K.RESET_JOINT_POSITION
     keyframe_q = " ".join(f"{v:.6f}" for v in list(q0) + [FINGER_OPEN, FINGER_OPEN])
     return f"""<mujoco model="simdroid">
@@ -312,7 +313,8 @@ def build_mjcf(scene: "str | SceneConfig" = CLASSIC) -> str:
                       <geom class="visual" mesh="hand"/>
                       <geom class="collision" mesh="hand" group="3"/>
                       <site name="tcp" pos="0 0 0.130" size="0.005"/>
-                      <camera name="wrist" pos="{_vec(K.WRIST_CAMERA_POS)}" xyaxes="{_vec(K.WRIST_CAMERA_XYAXES)}" fovy="{K.WRIST_CAMERA_FOVY:g}"/>
+                      <camera name="wrist" pos="{_vec(K.WRIST_CAMERA_POS)}" xyaxes="{_vec(K.WRIST_CAMERA_XYAXES)}"
+                              fovy="{K.WRIST_CAMERA_FOVY:g}"/>
                       {_finger("left_finger", 1)}
                       {_finger("right_finger", -1)}
                     </body>
@@ -329,7 +331,8 @@ def build_mjcf(scene: "str | SceneConfig" = CLASSIC) -> str:
       {''.join(walls)}
     </body>
     <body name="pad" pos="0.5 0.25 {TABLE_HEIGHT}">
-      <geom name="pad" type="box" pos="0 0 0.0005" size="{scene.pad_half} {scene.pad_half} 0.0005" rgba="1 1 0 1" contype="0" conaffinity="0"/>
+      <geom name="pad" type="box" pos="0 0 0.0005" size="{scene.pad_half} {scene.pad_half} 0.0005" rgba="1 1 0 1"
+            contype="0" conaffinity="0"/>
     </body>
     {''.join(cubes)}
   </worldbody>
@@ -337,8 +340,10 @@ def build_mjcf(scene: "str | SceneConfig" = CLASSIC) -> str:
     <exclude body1="link7" body2="hand"/>
   </contact>
   <actuator>
-    <position name="left_finger" joint="left_finger_joint" kp="400" kv="20" ctrlrange="0 {FINGER_OPEN}" forcerange="-40 40"/>
-    <position name="right_finger" joint="right_finger_joint" kp="400" kv="20" ctrlrange="0 {FINGER_OPEN}" forcerange="-40 40"/>
+    <position name="left_finger" joint="left_finger_joint" kp="400" kv="20" ctrlrange="0 {FINGER_OPEN}"
+              forcerange="-40 40"/>
+    <position name="right_finger" joint="right_finger_joint" kp="400" kv="20" ctrlrange="0 {FINGER_OPEN}"
+              forcerange="-40 40"/>
   </actuator>
   <keyframe>
     <key name="home" qpos="{keyframe_q} {' '.join('0 0 0 1 0 0 0' for _ in range(scene.num_cubes))}"/>

@@ -161,7 +161,7 @@ class SimDROIDEnv(gym.Env):
 
     | index | meaning                              | range   | unit / effect                          |
     |-------|--------------------------------------|---------|----------------------------------------|
-    | 0-6   | normalised joint velocity, joints 1-7 | [-1, 1] | target ``q + 0.2 v`` rad for 1/15 s; the arm realises ~0.053 v per step |
+    | 0-6   | normalised joint velocity, joints 1-7 | [-1, 1] | target ``q + 0.2 v`` rad per 1/15 s; realised ~0.053 v |
     | 7     | gripper position                     | [0, 1]  | 0 open (8 cm), 1 closed                 |
 
     ``action_mode="joint_position"``: indices 0-6 are absolute joint targets within the datasheet limits
@@ -353,8 +353,8 @@ class SimDROIDEnv(gym.Env):
             return bool(np.all(np.abs(p[:2] - c[:2]) < sc.pad_half) and p[2] < sc.cube_size)
         base = self.cube_position(t.base)
         dz = p[2] - base[2]
-        return bool(np.linalg.norm(p[:2] - base[:2]) < 0.6 * sc.cube_size and 0.8 * sc.cube_size < dz < 1.2 * sc.cube_size
-                    and base[2] < sc.cube_size)
+        return bool(np.linalg.norm(p[:2] - base[:2]) < 0.6 * sc.cube_size
+                    and 0.8 * sc.cube_size < dz < 1.2 * sc.cube_size and base[2] < sc.cube_size)
 
     def ground_truth(self) -> dict[str, Any]:
         """Object poses, contacts, grasped object, success and the rubric level so far."""
@@ -522,8 +522,8 @@ class SimDROIDEnv(gym.Env):
     def validate_action(self, action) -> np.ndarray:
         a = np.asarray(action, dtype=np.float64)
         if a.shape != (8,):
-            raise ValueError(f"action must have shape (8,) (7 joint {'velocities' if self.action_mode == 'joint_velocity' else 'positions'} "
-                             f"+ gripper), got {a.shape}")
+            joints = "velocities" if self.action_mode == "joint_velocity" else "positions"
+            raise ValueError(f"action must have shape (8,) (7 joint {joints} + gripper), got {a.shape}")
         if not np.all(np.isfinite(a)):
             raise ValueError(f"action contains NaN or inf: {a}")
         return np.clip(a, self.action_space.low, self.action_space.high)

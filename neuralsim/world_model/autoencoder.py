@@ -226,7 +226,8 @@ class ViewAutoencoder(nn.Module):
         from diffusers.models.autoencoders.vae import Encoder
 
         n = len(config.block_out_channels)
-        return Encoder(in_channels=3, out_channels=config.residual_channels, down_block_types=("DownEncoderBlock2D",) * n,
+        return Encoder(in_channels=3, out_channels=config.residual_channels,
+                       down_block_types=("DownEncoderBlock2D",) * n,
                        block_out_channels=config.block_out_channels, layers_per_block=config.layers_per_block,
                        norm_num_groups=config.norm_num_groups, act_fn="silu", double_z=False,
                        mid_block_add_attention=False)

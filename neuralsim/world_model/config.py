@@ -182,7 +182,8 @@ class DiTConfig:
         if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
             raise ValueError(f"dim={self.dim} / num_heads={self.num_heads} must be an even integer head dim")
         if self.tcp_marks and self.num_views != 3:
-            raise ValueError(f"tcp_marks needs the three SimDROID views (two exterior + wrist), got num_views={self.num_views}")
+            raise ValueError("tcp_marks needs the three SimDROID views (two exterior + wrist), got "
+                             f"num_views={self.num_views}")
         if self.cond_dim != COND_DIM:
             raise ValueError(f"cond_dim must be {COND_DIM} (xyz, Euler XYZ, gripper), got {self.cond_dim}")
 
@@ -266,11 +267,13 @@ class WorldModelConfig:
             raise ValueError(f"denoising_steps must be None or an integer in 1..{len(self.schedule)} (the trained "
                              f"levels {self.schedule}), got {self.denoising_steps!r}")
         if self.gripper_conditioning not in GRIPPER_CONDITIONINGS:
-            raise ValueError(f"gripper_conditioning must be one of {GRIPPER_CONDITIONINGS}, got {self.gripper_conditioning!r}")
+            raise ValueError(f"gripper_conditioning must be one of {GRIPPER_CONDITIONINGS}, got "
+                             f"{self.gripper_conditioning!r}")
         if self.arm_conditioning not in ARM_CONDITIONINGS:
             raise ValueError(f"arm_conditioning must be one of {ARM_CONDITIONINGS}, got {self.arm_conditioning!r}")
         if self.format_version != FORMAT_VERSION:
-            raise ValueError(f"config format_version {self.format_version} is not supported (expected {FORMAT_VERSION})")
+            raise ValueError(f"config format_version {self.format_version} is not supported (expected "
+                             f"{FORMAT_VERSION})")
 
     @property
     def num_steps(self) -> int:

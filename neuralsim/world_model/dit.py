@@ -193,9 +193,10 @@ class TcpMarkEmbedding(nn.Module):
     region (``DiTConfig.tcp_marks``): (…, 7) -> (…, 2 * G * G, dim), the two exterior views' tokens in order.
 
     The tool centre point (between the fingertips, :func:`~neuralsim.world_model.focus.tool_centre`) is projected
-    through each of SimDROID's fixed exterior cameras (:func:`~neuralsim.world_model.focus.exterior_camera_frames`).  Per token the features are its offset from the
-    token's centre in tokens (column, row; clipped to the grid), a Gaussian bump of that offset (1 on the token, 0.6
-    one token away), the gripper command, the command times the bump, the point's depth [m] and the view (one-hot).
+    through each of SimDROID's fixed exterior cameras (:func:`~neuralsim.world_model.focus.exterior_camera_frames`).
+    Per token the features are its offset from the token's centre in tokens (column, row; clipped to the grid), a
+    Gaussian bump of that offset (1 on the token, 0.6 one token away), the gripper command, the command times the
+    bump, the point's depth [m] and the view (one-hot).
     A cube the gripper carries is drawn where the bump is, so the tokens that must draw it know it without having
     to derive the camera geometry from the pose vector.  The output layer starts at zero, so a model that gains
     this embedding predicts exactly what it did without it until training moves it.
@@ -254,7 +255,8 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor)
     return torch.addcmul(shift, x, scale_plus_one)
 
 
-def norm_modulate(norm: nn.LayerNorm, x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor) -> torch.Tensor:
+def norm_modulate(norm: nn.LayerNorm, x: torch.Tensor, shift: torch.Tensor,
+                  scale_plus_one: torch.Tensor) -> torch.Tensor:
     """``modulate(norm(x), shift, 1 + scale)`` for x (B, T, N, D) and per-frame shift/scale (B, T, 1, D),
     or one (D,) pair for every token.
 
@@ -601,7 +603,8 @@ class CausalDiT(nn.Module):
             conditioning = self.conditioning(t[:, None], cond[:, None])
         if pending_conditioning is None:
             pending_conditioning = self.conditioning(torch.zeros(b, 1, device=x.device), pending_cond[:, None])
-        both = Conditioning([torch.cat([p, c], dim=1) for p, c in zip(pending_conditioning.blocks, conditioning.blocks)],
+        pairs = zip(pending_conditioning.blocks, conditioning.blocks)
+        both = Conditioning([torch.cat([p, c], dim=1) for p, c in pairs],
                             torch.cat([pending_conditioning.final, conditioning.final], dim=1),
                             None if conditioning.wrist is None else
                             torch.cat([pending_conditioning.wrist, conditioning.wrist], dim=1),

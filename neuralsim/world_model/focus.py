@@ -33,7 +33,8 @@ def exterior_camera_frames() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def project_exterior(points: np.ndarray) -> np.ndarray:
-    """World points (N, 3) -> image points (N, 2 views, 2) in SimDROID-v0's exterior cameras, (column, row) in [-1, 1]."""
+    """World points (N, 3) -> image points (N, 2 views, 2) in SimDROID-v0's exterior cameras, (column, row) in
+    [-1, 1]."""
     from neuralsim.envs import scene as S
 
     return S.project_exterior(points, S.CLASSIC)

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Any
-
 
 _PARTS = (("autoencoder.vae.encoder", "autoencoder encoder"), ("autoencoder.vae.quant_conv", "autoencoder encoder"),
           ("autoencoder.res_encoder", "residual encoder"),
-          ("autoencoder.vae.decoder", "autoencoder decoder"), ("autoencoder.vae.post_quant_conv", "autoencoder decoder"),
+          ("autoencoder.vae.decoder", "autoencoder decoder"), ("autoencoder.vae.post_quant_conv",
+                                                               "autoencoder decoder"),
           ("autoencoder.ref_head", "reference head"), ("dit.", "DiT"), ("latent_", "latent stats"))
 
 
@@ -107,8 +106,15 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
     from safetensors import safe_open
 
     from ..envs.neural_droid import resolve_checkpoint
-    from .model import (FORMAT_TAG, WEIGHTS_HASH_KEY, CheckpointError, config_digest, nonfinite_tensors,
-                        read_checkpoint_config, weights_digest)
+    from .model import (
+        FORMAT_TAG,
+        WEIGHTS_HASH_KEY,
+        CheckpointError,
+        config_digest,
+        nonfinite_tensors,
+        read_checkpoint_config,
+        weights_digest,
+    )
 
     d = resolve_checkpoint(checkpoint)
     cfg_path, w_path, cfg_json, config = read_checkpoint_config(d)
@@ -149,7 +155,8 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
             "reference_head_channels": ae.reference_head_channels,
             "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
-            "wrist_rays": dit.wrist_rays, "tcp_marks": dit.tcp_marks, "gripper_conditioning": config.gripper_conditioning,
+            "wrist_rays": dit.wrist_rays, "tcp_marks": dit.tcp_marks,
+            "gripper_conditioning": config.gripper_conditioning,
             "arm_conditioning": config.arm_conditioning,
         },
         "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
@@ -179,7 +186,8 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         problems.append("weights hash MISMATCH: the weights changed after they were saved (a damaged or edited file)")
     bad = info["nonfinite_tensors"]
     if bad:
-        problems.append(f"{len(bad)} tensor(s) hold NaN/inf: " + ", ".join(f"{k} ({n})" for k, n in list(bad.items())[:5])
+        problems.append(f"{len(bad)} tensor(s) hold NaN/inf: " + ", ".join(f"{k} ({n})" for k,
+                                                                           n in list(bad.items())[:5])
                         + (", ..." if len(bad) > 5 else ""))
     if problems:
         integrity = "; ".join(problems) + "; WorldModel.from_pretrained will refuse it"

@@ -12,7 +12,8 @@ host's stack-and-convert of a batch of 64 fine-latent clips at ~45 ms, a quarter
 
 The fingerprint hashes the weights that produce latents (the encoder and its quantisation conv) and
 the frame size, so a retrained encoder never reads stale latents, while a decoder-only stage (which
-leaves the latents as they are) keeps using them.  A dataset directory that cannot be written still works (latents stay in memory).
+leaves the latents as they are) keeps using them.  A dataset directory that cannot be written still works (latents
+stay in memory).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.", "res_encoder.")
 
 
 def hash_weights(h, state_dict: dict, keep) -> None:
-    """Feed every tensor of ``state_dict`` whose name passes ``keep(name)``, name and bytes, in name order, into ``h``."""
+    """Feed every tensor of ``state_dict`` whose name passes ``keep(name)``, name and bytes, in name order, into
+    ``h``."""
     for name, t in sorted(state_dict.items()):
         if keep(name):
             h.update(name.encode())
@@ -252,8 +254,9 @@ class LatentStore(WindowedLatents):
 
 
 class ConcatLatents:
-    """One :class:`WindowedLatents` (a :class:`LatentStore`, or the model's own rollouts) per part of a :class:`~neuralsim.data.reader.ConcatClipDataset`, indexed
-    like the concatenation (each part keeps its cache under its own root)."""
+    """One :class:`WindowedLatents` (a :class:`LatentStore`, or the model's own rollouts) per part of a
+    :class:`~neuralsim.data.reader.ConcatClipDataset`, indexed like the concatenation (each part keeps its cache under
+    its own root)."""
 
     def __init__(self, dataset, stores: list[WindowedLatents]):
         if len(stores) != len(dataset.parts):

@@ -143,7 +143,8 @@ class WorldModelState:
         if rows is None:
             return self.reference_views, self.reference_latents
         rows = torch.as_tensor(rows, dtype=torch.long).reshape(-1)
-        return self.reference_views[rows.to(self.reference_views.device)], self.reference_latents[rows.to(self.reference_latents.device)]
+        return (self.reference_views[rows.to(self.reference_views.device)],
+                self.reference_latents[rows.to(self.reference_latents.device)])
 
 
 class WorldModel(nn.Module):
@@ -313,7 +314,8 @@ class WorldModel(nn.Module):
         return x
 
     @torch.inference_mode()
-    def step(self, state: WorldModelState, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    def step(self, state: WorldModelState, cond: torch.Tensor,
+             generator: torch.Generator | None = None) -> torch.Tensor:
         """Generate the next time step of every row: uint8 views (B, V, H, W, 3)."""
         return self.decode(self.step_latents(state, cond, generator), state.reference())
 
@@ -330,7 +332,8 @@ class WorldModel(nn.Module):
         from .latents import autoencoder_fingerprint
 
         if donor.config.autoencoder.encoder_fields() != self.config.autoencoder.encoder_fields():
-            raise CheckpointError(f"autoencoder configs differ: {donor.config.autoencoder} vs {self.config.autoencoder}")
+            raise CheckpointError(f"autoencoder configs differ: {donor.config.autoencoder} vs "
+                                  f"{self.config.autoencoder}")
         size = self.config.autoencoder.image_size
         same_stats = torch.equal(donor.latent_mean.cpu(), self.latent_mean.cpu()) and torch.equal(
             donor.latent_std.cpu(), self.latent_std.cpu())
@@ -365,8 +368,8 @@ class WorldModel(nn.Module):
         """
         ae = self.config.autoencoder
         if (dit.latent_channels, dit.latent_size) != (ae.latent_channels, ae.latent_size):
-            raise ValueError(f"the DiT reads {dit.latent_channels}x{dit.latent_size}x{dit.latent_size} latents but this "
-                             f"autoencoder makes {ae.latent_channels}x{ae.latent_size}x{ae.latent_size}")
+            raise ValueError(f"the DiT reads {dit.latent_channels}x{dit.latent_size}x{dit.latent_size} latents but "
+                             f"this autoencoder makes {ae.latent_channels}x{ae.latent_size}x{ae.latent_size}")
         cfg = WorldModelConfig.from_dict(self.config.to_dict())
         cfg.dit = dataclasses.replace(dit)
         recipe = {k: v for k, v in cfg.recipe.items() if not k.startswith("dit_")}
@@ -496,7 +499,8 @@ class WorldModel(nn.Module):
 
     @torch.no_grad()
     def with_residual_channels(self, channels: int) -> "WorldModel":
-        """A copy of this model whose latent gains ``channels`` residual channels (``AutoencoderConfig.residual_channels``).
+        """A copy of this model whose latent gains ``channels`` residual channels
+        (``AutoencoderConfig.residual_channels``).
 
         A fresh residual encoder (initial weights from the global torch RNG) makes the new channels; everything
         that reads latents learns of them through zero-initialised weights: the decoder's first convolution, the
@@ -662,8 +666,9 @@ def load_state_strict(module: nn.Module, tensors: dict[str, torch.Tensor], where
                and t.dtype != own[k].dtype else t for k, t in tensors.items()}
     missing, unexpected = sorted(set(own) - set(tensors)), sorted(set(tensors) - set(own))
     if missing or unexpected:
-        raise CheckpointError(f"{where} does not match the model: missing {missing[:5]}{'...' if len(missing) > 5 else ''}"
-                              f", unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+        raise CheckpointError(f"{where} does not match the model: missing "
+                              f"{missing[:5]}{'...' if len(missing) > 5 else ''}, unexpected "
+                              f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
     bad = [(k, tuple(tensors[k].shape), tuple(v.shape)) for k, v in own.items()
            if tensors[k].shape != v.shape or tensors[k].dtype != v.dtype]
     if bad:

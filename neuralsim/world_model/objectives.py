@@ -51,8 +51,8 @@ def _reduce(err: torch.Tensor, focus: torch.Tensor | None, focus_weight: float) 
         raise ValueError(f"focus_weight must be >= 0, got {focus_weight}")
     m = focus[:, 1:].to(err.dtype)
     if m.shape[:3] != err.shape[:3] or m.shape[-2:] != err.shape[-2:] or m.shape[3] != 1:
-        raise ValueError(f"focus mask {tuple(focus.shape)} does not fit latents {(err.shape[0], err.shape[1] + 1, *err.shape[2:])}; "
-                         "expected (B, T, V, 1, h, w)")
+        raise ValueError(f"focus mask {tuple(focus.shape)} does not fit latents "
+                         f"{(err.shape[0], err.shape[1] + 1, *err.shape[2:])}; expected (B, T, V, 1, h, w)")
     w = 1.0 + focus_weight * m
     loss = (err * w).mean() / w.mean()
     plain = err.detach().mean()

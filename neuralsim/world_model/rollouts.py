@@ -87,7 +87,8 @@ class RolloutLatents(WindowedLatents):
             if found is None:
                 todo.append(pos)
                 continue
-            latents[self.offsets[pos]:self.offsets[pos] + self.lengths[pos]] = torch.from_numpy(found[0]).to(self.device)
+            start = self.offsets[pos]
+            latents[start:start + self.lengths[pos]] = torch.from_numpy(found[0]).to(self.device)
         if progress and todo:
             from tqdm.auto import tqdm
 

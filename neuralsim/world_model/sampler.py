@@ -105,7 +105,8 @@ def rollout_latents(model: CausalDiT, first: torch.Tensor, cond: torch.Tensor, s
     Step Forcing's ``self_rollout`` trains on frames that follow these (:mod:`.objectives`).
     """
     if cond.ndim != 3 or cond.shape[0] != first.shape[0] or cond.shape[1] < 2:
-        raise ValueError(f"cond must be (b, K + 1, cond_dim) with K >= 1 and b = {first.shape[0]}, got {tuple(cond.shape)}")
+        raise ValueError(f"cond must be (b, K + 1, cond_dim) with K >= 1 and b = {first.shape[0]}, got "
+                         f"{tuple(cond.shape)}")
     cfg = model.config
     b, k = first.shape[0], cond.shape[1] - 1
     cache = KVCache(cfg.depth, b, k + 1, 0, cfg.tokens_per_frame, cfg.num_heads, cfg.head_dim,

@@ -3,9 +3,12 @@
 Copy-paste recipe (SimDROID data in ``data/simdroid``; ``synthetic`` is a built-in toy source)::
 
     neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000
-    neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model --data data/simdroid --out runs/df --steps 8000
-    neuralsim train --stage dit --objective step_forcing --init-from runs/df/model --data data/simdroid --out runs/sf --steps 2000
-    neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid --out runs/dec --steps 3000  # optional
+    neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model --data data/simdroid \\
+        --out runs/df --steps 8000
+    neuralsim train --stage dit --objective step_forcing --init-from runs/df/model --data data/simdroid \\
+        --out runs/sf --steps 2000
+    # optional: train the decoder further (the DiT untouched)
+    neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid --out runs/dec --steps 3000
     neuralsim train --stage decoder --init-from runs/sf/model --decoder-layers-per-block 0 ...  # a faster decoder
     neuralsim train --stage decoder --init-from runs/sf/model --rollout-share 0.75 ...  # decode the DiT's own latents
     neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine ...  # a new DiT shape, same autoencoder
@@ -189,7 +192,8 @@ class TrainConfig:
     dit_block_init: str | None = None
     """With ``add_dit_blocks``: what the new blocks hold behind their closed gates, ``"copy"`` (the DiT's last
     blocks' trained weights; ``WorldModel.with_dit_blocks``) or ``"fresh"`` (new AdaLN-Zero blocks).  None: copy
-    when blocks are added (fresh ones barely open; docs/fidelity_history.md, sessions 58-59), else fresh (nothing added)."""
+    when blocks are added (fresh ones barely open; docs/fidelity_history.md, sessions 58-59), else fresh (nothing
+    added)."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -233,7 +237,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "(smaller: more, finer tokens); with --init-from, a smaller one that divides the "
                              "model's cuts its trained DiT into finer tokens (WorldModel.with_dit_patch_size)")
     parser.add_argument("--steps", type=int, default=d.steps,
-                        help="total optimiser steps of this stage; a resumed run continues up to it (default %(default)s)")
+                        help="total optimiser steps of this stage; a resumed run continues up to it (default "
+                             "%(default)s)")
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size,
                         help="clips per step (default %(default)s)")
     parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, AdamW (default %(default)s)")
@@ -283,15 +288,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage dit: the DiT also reads each wrist token's camera ray (a model from --init-from "
                              "gains a zero-initialised ray embedding)")
     parser.add_argument("--tcp-marks", dest="tcp_marks", action="store_true",
-                        help="--stage dit: each exterior-view token also reads where the gripper appears relative to it "
-                             "(SimDROID's exterior cameras; a model from --init-from gains a zero-initialised embedding)")
+                        help="--stage dit: each exterior-view token also reads where the gripper appears relative to "
+                             "it (SimDROID's exterior cameras; a model from --init-from gains a zero-initialised "
+                             "embedding)")
     parser.add_argument("--rollout-share", dest="rollout_share", type=float, default=d.rollout_share,
                         help="--stage decoder: this share of the training pairs decode the model's own open-loop "
                              "latents of the frame (rolled out once per model and dataset, cached under "
                              "<data>/.rollout_cache) instead of the encoded frame (default 0)")
     parser.add_argument("--rollout-seed", dest="rollout_seed", type=int, default=d.rollout_seed,
-                        help="with --rollout-share: the rollouts' noise seed (default: --seed). Rollouts are cached per "
-                             "model and seed, so a fixed one lets runs with other --seed values reuse them")
+                        help="with --rollout-share: the rollouts' noise seed (default: --seed). Rollouts are cached "
+                             "per model and seed, so a fixed one lets runs with other --seed values reuse them")
     parser.add_argument("--reference-head", dest="reference_head", type=int, default=d.reference_head,
                         help="--stage decoder: train only the reference head (it refines each decoded view with the "
                              "episode's first, true view), adding a fresh one this many channels wide to a model "
@@ -314,19 +320,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "the recorded joints, held back by contacts) or 'replay' (of the action adapter's replay "
                              "of the recorded actions, what NeuralDROID gives it); default: the --init-from model's")
     parser.add_argument("--focus-weight", dest="focus_weight", type=float, default=d.focus_weight,
-                        help="--stage dit on SimDROID data: latent cells near the target cube (its start and end places "
-                             "and the gripper) weigh 1 + this in the loss (default 0: all alike); it lowers the one-step "
-                             "error there, not the open-loop cube's drift (docs/fidelity_history.md, session 55)")
+                        help="--stage dit on SimDROID data: latent cells near the target cube (its start and end "
+                             "places and the gripper) weigh 1 + this in the loss (default 0: all alike); it lowers "
+                             "the one-step error there, not the open-loop cube's drift (docs/fidelity_history.md, "
+                             "session 55)")
     parser.add_argument("--self-rollout", dest="self_rollout", type=int, default=d.self_rollout,
-                        help="--stage dit with a Step Forcing objective: each batch replaces frames 1..K of its clips, "
-                             "K drawn from 0..this, by the model's own rollout (no grad) and trains the frames after "
-                             "them (default 0: off; at most clip length - 2). It lowers the error after the model's "
-                             "own frames and blurs the open-loop frames; the cube stays (docs/fidelity_history.md, session 56)")
+                        help="--stage dit with a Step Forcing objective: each batch replaces frames 1..K of its "
+                             "clips, K drawn from 0..this, by the model's own rollout (no grad) and trains the frames "
+                             "after them (default 0: off; at most clip length - 2). It lowers the error after the "
+                             "model's own frames and blurs the open-loop frames; the cube stays "
+                             "(docs/fidelity_history.md, session 56)")
     parser.add_argument("--add-dit-blocks", dest="add_dit_blocks", type=int, default=d.add_dit_blocks,
-                        help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as the "
-                             "identity (their gates closed; what they hold: --dit-block-init), so training goes on from "
-                             "its predictions with more capacity (default 0). 4 copied ones on v21: +0.04 dB held-out "
-                             "over the same steps at 4 blocks (docs/fidelity_history.md, sessions 57-59)")
+                        help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as "
+                             "the identity (their gates closed; what they hold: --dit-block-init), so training goes "
+                             "on from its predictions with more capacity (default 0). 4 copied ones on v21: +0.04 dB "
+                             "held-out over the same steps at 4 blocks (docs/fidelity_history.md, sessions 57-59)")
     parser.add_argument("--dit-block-init", dest="dit_block_init", choices=DIT_BLOCK_INITS, default=d.dit_block_init,
                         help="with --add-dit-blocks: new blocks start as copies of the DiT's last blocks with their "
                              "gates closed (default) or fresh (AdaLN-Zero); either way the model first predicts what "
@@ -433,7 +441,8 @@ def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "me
         frames.append(f)
         cond = torch.cat([cart, grip], dim=-1)
         if gripper != "measured" or arm != "measured":
-            cond = torch.from_numpy(env_cond(cond.numpy(), np.asarray(item["joint_position"]), np.asarray(item["actions"]),
+            cond = torch.from_numpy(env_cond(cond.numpy(), np.asarray(item["joint_position"]),
+                                             np.asarray(item["actions"]),
                                              gripper, arm))
         conds.append(cond)
     return torch.stack(frames), torch.stack(conds)
@@ -568,7 +577,6 @@ def _step_generator(seed: int, step: int, rank: int, device="cpu"):
 
 def train(cfg: TrainConfig) -> dict:
     """Run one training stage; returns a summary dict (final step, last metrics, paths)."""
-    import numpy as np
     import torch
 
     from .config import ARM_CONDITIONINGS, DIT_BLOCK_INITS, GRIPPER_CONDITIONINGS, preset
@@ -642,7 +650,8 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.dit_block_init is None:  # the default: copies when blocks are added; "fresh" (nothing) otherwise
         cfg = dataclasses.replace(cfg, dit_block_init="copy" if cfg.add_dit_blocks else "fresh")
     if cfg.change_weight and cfg.stage != "decoder":
-        raise ValueError(f"--change-weight weighs the reference head's loss; it needs --stage decoder (got {cfg.stage!r})")
+        raise ValueError("--change-weight weighs the reference head's loss; it needs --stage decoder (got "
+                         f"{cfg.stage!r})")
     # the conditioning switches: (TrainConfig / WorldModelConfig field, its values, what it conditions)
     conditionings = (("gripper_conditioning", GRIPPER_CONDITIONINGS, "gripper"),
                      ("arm_conditioning", ARM_CONDITIONINGS, "arm"))
@@ -699,17 +708,19 @@ def train(cfg: TrainConfig) -> dict:
     # --- model -------------------------------------------------------------------
     def fresh_dit():
         # its __post_init__ checks the shape
-        return dataclasses.replace(preset(cfg.config).dit, **dit_shape, **({"wrist_rays": True} if cfg.wrist_rays else {}),
+        return dataclasses.replace(preset(cfg.config).dit, **dit_shape,
+                                   **({"wrist_rays": True} if cfg.wrist_rays else {}),
                                    **({"tcp_marks": True} if cfg.tcp_marks else {}))
 
     patch_from = None  # the patch size an --init-from DiT was cut from (with_dit_patch_size), for the recipe
     if ckpt is not None:
         model = WorldModel.from_pretrained(ckpt / "raw")
         log.info("resuming from %s", ckpt)
-        differ = {k: (getattr(model.config.dit, k), v) for k, v in dit_shape.items() if getattr(model.config.dit, k) != v}
+        differ = {k: (getattr(model.config.dit, k), v) for k, v in dit_shape.items()
+                  if getattr(model.config.dit, k) != v}
         if differ:
-            raise ValueError(f"{out} holds a run whose DiT differs from the one asked for ((checkpoint, asked): {differ}); "
-                             "use another --out or --no-resume")
+            raise ValueError(f"{out} holds a run whose DiT differs from the one asked for ((checkpoint, asked): "
+                             f"{differ}); use another --out or --no-resume")
         if cfg.wrist_rays and not model.config.dit.wrist_rays:
             raise ValueError(f"{out} holds a run whose DiT has no wrist rays; use another --out or --no-resume")
         if cfg.tcp_marks and not model.config.dit.tcp_marks:
@@ -728,8 +739,9 @@ def train(cfg: TrainConfig) -> dict:
             log.info("decoder rebuilt with %d layers per block (%d ResNets per level)", depth, depth + 1)
         has = model.config.autoencoder.reference_head_channels
         if cfg.reference_head and has and has != cfg.reference_head:
-            raise ValueError(f"{cfg.init_from} already has a reference head {has} wide; --reference-head {cfg.reference_head} "
-                             f"would need a fresh one (train it from a model without a head, or pass {has})")
+            raise ValueError(f"{cfg.init_from} already has a reference head {has} wide; --reference-head "
+                             f"{cfg.reference_head} would need a fresh one (train it from a model without a head, or "
+                             f"pass {has})")
         if cfg.reference_head and has:
             log.info("training the model's own reference head (%d channels wide); only it trains", has)
         elif cfg.reference_head:
@@ -739,12 +751,13 @@ def train(cfg: TrainConfig) -> dict:
         has = model.config.autoencoder.residual_channels
         if cfg.residual_channels and has and has != cfg.residual_channels:
             raise ValueError(f"{cfg.init_from} already has {has} residual latent channels; --residual-channels "
-                             f"{cfg.residual_channels} would need other ones (pass {has}, or start from a model without)")
+                             f"{cfg.residual_channels} would need other ones (pass {has}, or start from a model "
+                             "without)")
         if cfg.residual_channels and not has:
             torch.manual_seed(cfg.seed)
             model = model.with_residual_channels(cfg.residual_channels)
-            log.info("the latent gained %d residual channels (a fresh residual encoder; the decoder, reference head and "
-                     "DiT read them through zero-initialised weights)", cfg.residual_channels)
+            log.info("the latent gained %d residual channels (a fresh residual encoder; the decoder, reference head "
+                     "and DiT read them through zero-initialised weights)", cfg.residual_channels)
         if cfg.wrist_rays and not model.config.dit.wrist_rays:
             torch.manual_seed(cfg.seed)
             model = model.with_wrist_rays()
@@ -758,7 +771,8 @@ def train(cfg: TrainConfig) -> dict:
             patch_from = model.config.dit.patch_size
             model = model.with_dit_patch_size(patch)
             log.info("the DiT's patches went from %d to %d latent cells a side (%d tokens per frame; the trained "
-                     "transformer kept, its token weights resized)", patch_from, patch, model.config.dit.tokens_per_frame)
+                     "transformer kept, its token weights resized)", patch_from, patch,
+                     model.config.dit.tokens_per_frame)
         if cfg.add_dit_blocks:
             torch.manual_seed(cfg.seed)
             before = model.config.dit.depth
@@ -830,8 +844,8 @@ def train(cfg: TrainConfig) -> dict:
                                  "(use the same, or another --out)")
         old_rollout_seed = old.get("rollout_seed") if old.get("rollout_seed") is not None else old.get("seed", 0)
         if cfg.rollout_share and old_rollout_seed != _rollout_seed(cfg):
-            raise ValueError(f"{out} holds a run whose rollouts used seed {old_rollout_seed}; refusing to resume it with "
-                             f"rollout seed {_rollout_seed(cfg)} (use the same --rollout-seed, or another --out)")
+            raise ValueError(f"{out} holds a run whose rollouts used seed {old_rollout_seed}; refusing to resume it "
+                             f"with rollout seed {_rollout_seed(cfg)} (use the same --rollout-seed, or another --out)")
     else:
         ema = {k: p.detach().clone() for k, p in params.items()}
 
@@ -850,14 +864,16 @@ def train(cfg: TrainConfig) -> dict:
         if cfg.latent_disk_cache and hasattr(dataset, "parts"):
             from .latents import ConcatLatents, LatentStore
 
-            memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device, progress=cfg.progress and is_main,
+            memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device,
+                                                       progress=cfg.progress and is_main,
                                                        gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning,
                                                        focus=cfg.focus_weight > 0) for part in dataset.parts])
         elif cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
             from .latents import LatentStore
 
             memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main,
-                               gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning, focus=cfg.focus_weight > 0)
+                               gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning,
+                               focus=cfg.focus_weight > 0)
         else:
             memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips)
 
@@ -922,7 +938,8 @@ def train(cfg: TrainConfig) -> dict:
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
-            last = {k: v for k, v in recipe["stages"][-1].items() if k not in ("steps", "decay_steps", "cool_down_secs")}
+            last = {k: v for k, v in recipe["stages"][-1].items()
+                    if k not in ("steps", "decay_steps", "cool_down_secs")}
             recipe["stages"] = [*recipe["stages"][:-1], {**last, **budget}]
 
     metrics_path = out / "metrics.jsonl"
@@ -973,15 +990,17 @@ def train(cfg: TrainConfig) -> dict:
                 latents, images = decoder_batch(memo, dataset, idx, image_size, cfg.frames_per_clip, gen, device,
                                                 rollouts, cfg.rollout_share)
                 if model.autoencoder.ref_head is not None:
-                    loss, metrics = run_module(latents, images, *decoder_references(model, dataset, idx, cfg.frames_per_clip,
-                                                                                   image_size, device), cfg.change_weight)
+                    refs = decoder_references(model, dataset, idx, cfg.frames_per_clip, image_size, device)
+                    loss, metrics = run_module(latents, images, *refs, cfg.change_weight)
                 else:
                     loss, metrics = run_module(latents, images)
             else:
                 z, cond = memo.get(idx, device)
                 x = model.normalise(z)
-                focus = {"focus": memo.get_focus(idx, device), "focus_weight": cfg.focus_weight} if cfg.focus_weight else {}
-                loss, metrics = loss_fn(run_module, x, cond, wm_cfg.schedule, generator=noise_gen, **loss_kwargs, **focus)
+                focus = {"focus": memo.get_focus(idx, device),
+                         "focus_weight": cfg.focus_weight} if cfg.focus_weight else {}
+                loss, metrics = loss_fn(run_module, x, cond, wm_cfg.schedule, generator=noise_gen, **loss_kwargs,
+                                        **focus)
         if check_every_step:
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss {float(loss.detach())} at step {step}")

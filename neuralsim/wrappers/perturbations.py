@@ -31,8 +31,15 @@ import numpy as np
 
 from .. import kinematics as K
 from ..envs.sim_droid import TASK_FAMILIES
-from .perturbation_base import (GRASP_THRESHOLD, Excursion, PerturbationWrapper, check_fraction_pair,
-                                check_positive_fraction, check_severity, flange_shift)
+from .perturbation_base import (
+    GRASP_THRESHOLD,
+    Excursion,
+    PerturbationWrapper,
+    check_fraction_pair,
+    check_positive_fraction,
+    check_severity,
+    flange_shift,
+)
 
 __all__ = [
     "GripForceWeak",

@@ -72,8 +72,8 @@ def test_sharpness_tells_blur_from_noise():
     """1 for the truth itself, below 1 for a blurred copy (which a hedging model draws), above 1 for added noise."""
     rng = np.random.default_rng(2)
     truth = rng.integers(40, 216, (4, 3, 16, 16, 3)).astype(np.uint8)
-    blurred = ((truth.astype(np.float64) + np.roll(truth, 1, -2) + np.roll(truth, 1, -3) + np.roll(truth, (1, 1), (-3, -2)))
-               / 4).astype(np.uint8)
+    blurred = ((truth.astype(np.float64) + np.roll(truth, 1, -2) + np.roll(truth, 1, -3)
+                + np.roll(truth, (1, 1), (-3, -2))) / 4).astype(np.uint8)
     np.testing.assert_allclose(F.sharpness_frames(truth, truth), 1.0)
     assert (F.sharpness_frames(blurred, truth) < 0.7).all() and F.sharpness_frames(blurred, truth).shape == (4, 3)
     assert (F.sharpness_frames(_noisy(truth, 30.0, 0), truth) > 1.05).all()
@@ -93,7 +93,8 @@ def test_paired_intervals_use_students_t():
     d = np.array([0.1, 0.3, 0.2, 0.6])
     s = F.difference_summary(d)
     se = d.std(ddof=1) / 2
-    assert s["se"] == pytest.approx(se) and s["ci95"] == pytest.approx([d.mean() - 3.1824 * se, d.mean() + 3.1824 * se], abs=1e-4)
+    assert s["se"] == pytest.approx(se) and s["ci95"] == pytest.approx([d.mean() - 3.1824 * se, d.mean() + 3.1824 * se],
+                                                                       abs=1e-4)
     assert "± 0.3" in F.format_paired({"a": "a", "b": "b", "split": "s", "episodes": 4,
                                        "frames": {"psnr_in_horizon": {v: s for v in (*VIEW_NAMES, "mean")}}})
 
@@ -288,7 +289,8 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
     assert set(ceiling) == {"psnr", "ssim", "sharpness"} and ceiling["ssim"]["in_horizon"]["frames"] == 2 * 6
     # the no-skill floor: frame 0 held still, scored like a generated video
     eps = F.load_split(splits["heldout"], 16, max_episodes=2)
-    held_still = F.frame_metrics([np.repeat(e.frames[:1], len(e), 0) for e in eps], [e.frames for e in eps], F.Windows(6))
+    held_still = F.frame_metrics([np.repeat(e.frames[:1], len(e), 0) for e in eps], [e.frames for e in eps],
+                                 F.Windows(6))
     assert held["hold_first_frame"]["psnr"]["in_horizon"] == held_still["psnr"]["in_horizon"]
     assert held["hold_first_frame"]["ssim"]["beyond"]["mean"] < 1.0
     # per task family and outcome: the group's episode means, which the per-episode scores give back

@@ -16,7 +16,6 @@ from benchmarks.stats import mcnemar_exact, wilson_interval
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judges"))
 from judges_testing import openai_server  # noqa: E402,F401  (fixture: loopback /v1/chat/completions)
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
@@ -114,7 +113,8 @@ def test_paired_compares_two_runs_rollout_by_rollout(tmp_path, capsys):
     with pytest.raises(ValueError, match="more than once"):
         OB.paired(a, {"rollouts": [*b["rollouts"], b["rollouts"][0]]})
     with pytest.raises(ValueError, match=r"lack \['predicted_level'\]"):
-        OB.paired(a, {"rollouts": [*b["rollouts"][:-1], {k: v for k, v in b["rollouts"][-1].items() if k != "predicted_level"}]})
+        last = {k: v for k, v in b["rollouts"][-1].items() if k != "predicted_level"}
+        OB.paired(a, {"rollouts": [*b["rollouts"][:-1], last]})
     with pytest.raises(ValueError, match="no per-rollout list"):
         OB.paired(a, {"nominal": {}})
 
@@ -137,7 +137,7 @@ def _level_judge(episode):
     return SimpleNamespace(score=float(int(episode.frames["exterior_image_1_left"][-1].mean()) % 6))
 
 
-def test_measure_runs_both_worlds_on_the_same_action_stream(tiny_checkpoint, tmp_path, openai_server):
+def test_measure_runs_both_worlds_on_the_same_action_stream(tiny_checkpoint, tmp_path, openai_server):  # noqa: F811
     openai_server.default = lambda rec: "Different"
     cfg = OB.Config(episodes=1, families=["premature_release", "wrist_tilt_grasp"], tasks=["put_in_bowl"],
                     steps=70, checkpoint=str(tiny_checkpoint), judge=_level_judge,

@@ -60,7 +60,8 @@ def test_a_world_model_is_driven_with_each_arm_on_the_same_noise(contact_replay,
     (g,) = F.open_loop_recorded(wm, [e], seed=0)
     assert scores["recorded"]["last_frame"][0] == pytest.approx(float(F.psnr_frames(g[-1:], e.frames[-1:]).mean()))
     d = report["paired_against_adapter"]["recorded"]["last_frame"]
-    assert d["n"] == 1 and d["mean"] == pytest.approx(scores["recorded"]["last_frame"][0] - scores["adapter"]["last_frame"][0])
+    gain = scores["recorded"]["last_frame"][0] - scores["adapter"]["last_frame"][0]
+    assert d["n"] == 1 and d["mean"] == pytest.approx(gain)
     with pytest.raises(FileNotFoundError, match="no 'no_such_task' episodes"):
         contact_replay.measure_world_model(str(tiny_checkpoint), episodes, task="no_such_task")
 

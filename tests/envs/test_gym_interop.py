@@ -183,7 +183,8 @@ def test_flatten_and_normalize_observation(tiny_checkpoint, env_id):
 
 @pytest.mark.parametrize("env_id", ["SimDROID-v0", "NeuralDROID-v0"])
 def test_record_video(tiny_checkpoint, tmp_path, env_id):
-    pytest.importorskip("moviepy", reason="gymnasium's RecordVideo writes with moviepy (pip install 'gymnasium[other]')")
+    pytest.importorskip("moviepy",
+                        reason="gymnasium's RecordVideo writes with moviepy (pip install 'gymnasium[other]')")
     kw = {"checkpoint": str(tiny_checkpoint), "reward_fn": None} if env_id == "NeuralDROID-v0" else {}
     env = RecordVideo(gym.make(env_id, render_mode="rgb_array", max_episode_steps=3, **kw), str(tmp_path),
                       episode_trigger=lambda e: True, disable_logger=True)

@@ -21,11 +21,10 @@ import neuralsim  # noqa: F401  (registers the envs)
 from neuralsim import kinematics as K
 from neuralsim.envs import adapter as A
 from neuralsim.envs import neural_droid as ND
-from neuralsim.envs.episodes import EpisodeSpec, EpisodeSpecError, UnknownEpisodeError, default_episodes
+from neuralsim.envs.episodes import EpisodeSpecError, UnknownEpisodeError, default_episodes
 from neuralsim.envs.neural_droid import InvalidActionError, NeuralDROIDEnv, NeuralDROIDVectorEnv
 from neuralsim.episode import VIEW_NAMES
 from neuralsim.world_model.model import CheckpointError
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -373,7 +372,8 @@ def test_bad_episodes_raise_and_do_not_corrupt(tiny_checkpoint):
         ("no_such_episode", UnknownEpisodeError),
         (999, UnknownEpisodeError),
         ({"instruction": "x"}, EpisodeSpecError),  # missing keys
-        ({**{v: spec.views[v] for v in VIEW_NAMES}, "exterior_image_1_left": spec.views[VIEW_NAMES[0]].astype(np.float32),
+        ({**{v: spec.views[v] for v in VIEW_NAMES},
+          "exterior_image_1_left": spec.views[VIEW_NAMES[0]].astype(np.float32),
           "joint_position": spec.joint_position, "gripper_position": [0.0], "instruction": "x"}, EpisodeSpecError),
         ({**{v: spec.views[v] for v in VIEW_NAMES}, "wrist_image_left": spec.views[VIEW_NAMES[2]][:, :40],
           "joint_position": spec.joint_position, "gripper_position": [0.0], "instruction": "x"}, EpisodeSpecError),

@@ -1,4 +1,5 @@
-"""SimDROID's scenes: the legible SimDROID-v1 beside the classic v0, their legibility, and the tools that take a scene."""
+"""SimDROID's scenes: the legible SimDROID-v1 beside the classic v0, their legibility, and the tools that take a
+scene."""
 
 from __future__ import annotations
 

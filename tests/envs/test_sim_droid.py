@@ -10,8 +10,16 @@ from gymnasium.utils.env_checker import check_env
 import neuralsim  # noqa: F401  (registers the environments)
 from neuralsim import kinematics as K
 from neuralsim.envs.experts import FAILURE_MODES, ScriptedExpert, run_expert_episode
-from neuralsim.envs.sim_droid import (COLORS, CUBE_REGION, OOD_COLORS, OOD_MARGIN, OOD_TARGET_REGION,
-                                      REALISED_STEP_PER_V, TASK_FAMILIES, SimDROIDEnv)
+from neuralsim.envs.sim_droid import (
+    COLORS,
+    CUBE_REGION,
+    OOD_COLORS,
+    OOD_MARGIN,
+    OOD_TARGET_REGION,
+    REALISED_STEP_PER_V,
+    TASK_FAMILIES,
+    SimDROIDEnv,
+)
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,10 @@ def _serve(make_ok: Callable[[str], Any]) -> Any:
             body = json.loads(self.rfile.read(n) or b"{}")
             rec = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             srv.requests.append(rec)
-            reply = srv.script.popleft() if srv.script else (srv.default(rec) if srv.default else Reply(500, {"error": "no reply scripted"}))
+            if srv.script:
+                reply = srv.script.popleft()
+            else:
+                reply = srv.default(rec) if srv.default else Reply(500, {"error": "no reply scripted"})
             if isinstance(reply, str):
                 reply = Reply(200, make_ok(reply))
             if reply.delay_s:
@@ -175,7 +178,6 @@ def write_synthetic_dataset(root, num_episodes: int = 12, num_frames: int = 61, 
     rows = []
     for i in range(num_episodes):
         level = levels[i % len(levels)]
-        frames = {}
         for v in VIEW_NAMES:
             x = np.full((num_frames, size, size, 3), 60, dtype=np.uint8)
             if v != "wrist_image_left":

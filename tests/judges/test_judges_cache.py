@@ -10,6 +10,7 @@ import pytest
 
 from judges.backends.base import endpoint_identity
 from judges.registry import make_judge
+
 from judges_testing import FAST, OPENAI_KEY, _serve, gemini_body, openai_body
 
 

@@ -9,11 +9,13 @@ import pytest
 
 from judges.judgement import MissingAPIKeyError
 from judges.registry import make_judge
+
 from judges_testing import FAST, GEMINI_KEY, Reply, gemini_body
 
 
 def judge_for(server, tmp_path, rubric="roboworld_progress", extra=""):
-    return make_judge(rubric, f"gemini/gemini-2.5-flash?base_url={server.url}&cache_dir={tmp_path / 'cache'}&{FAST}{extra}")
+    return make_judge(rubric,
+                      f"gemini/gemini-2.5-flash?base_url={server.url}&cache_dir={tmp_path / 'cache'}&{FAST}{extra}")
 
 
 def inline_images(req):
@@ -69,7 +71,8 @@ def test_wow_four_dimensions(gemini_server, tmp_path, episode):
                                             "planning_logic": 4, "explanation": "ok"}))
     j = judge_for(gemini_server, tmp_path, rubric="wow_four_dimensions")(episode)
     assert j.ok and j.score == pytest.approx(4.0)
-    assert {k: j.criteria[k] for k in ("video_quality", "instruction_following", "physical_consistency", "planning_logic")} == \
+    assert {k: j.criteria[k] for k in ("video_quality", "instruction_following", "physical_consistency",
+                                       "planning_logic")} == \
         {"video_quality": 4, "instruction_following": 5, "physical_consistency": 3, "planning_logic": 4}
     assert len(gemini_server.requests) == 1
 

@@ -10,6 +10,7 @@ from judges.backends.transformers_backend import TransformersBackend  # noqa: E4
 from judges.judge import Judge  # noqa: E402
 from judges.registry import make_judge  # noqa: E402
 from judges.retry import RetryPolicy  # noqa: E402
+
 from judges_testing import make_episode  # noqa: E402
 
 CHAT_TEMPLATE = (
@@ -24,8 +25,14 @@ def tiny_vlm_dir(tmp_path_factory):
     """A 2-layer CLIP + 2-layer Llama LLaVA with a character-level tokenizer, saved with save_pretrained."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
-    from transformers import PreTrainedTokenizerFast
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
 
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, "<image>": 4}
     for ch in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 {}\":,.-_'!?()\n":

@@ -13,13 +13,14 @@ import torch
 
 from judges.judge import segment_plan
 from judges.judgement import OfflineJudgeNotTrainedError
-from judges.offline.dataset import read_episode_index, iter_episodes
+from judges.offline.dataset import iter_episodes, read_episode_index
 from judges.offline.evaluate import level_accuracy
 from judges.offline.features import collate, episode_inputs, frame_indices
 from judges.offline.judge import OfflineJudge
 from judges.offline.model import VIEW_NAMES, OfflineJudgeConfig, OfflineJudgeModel
 from judges.registry import make_binary, make_roboworld
 from judges.rubric import load_rubric
+
 from judges_testing import make_episode, write_synthetic_dataset
 
 TINY = OfflineJudgeConfig(image_size=16, channels=(8, 16), dim=32, heads=2, layers=1, vocab_buckets=64)
@@ -40,7 +41,8 @@ def trained(dataset, tmp_path_factory):
 
 
 def test_model_sees_the_vlm_frames_and_ignores_padding():
-    assert np.array_equal(frame_indices(451, 15.0, TINY), np.concatenate(segment_plan(451, 15.0, load_rubric("roboworld_progress"))))
+    plan = segment_plan(451, 15.0, load_rubric("roboworld_progress"))
+    assert np.array_equal(frame_indices(451, 15.0, TINY), np.concatenate(plan))
     torch.manual_seed(0)
     model = OfflineJudgeModel(TINY).eval()
     short, long = make_episode(num_frames=61, size=16, seed=1), make_episode(num_frames=451, size=16, seed=2)
@@ -96,7 +98,8 @@ def test_accuracy_benchmark(trained, dataset, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[2]))
     from benchmarks.judge_accuracy import Args, run
 
-    r = run(Args(data=str(dataset), judge=f"roboworld:offline/{trained}", group_by="family", out=str(tmp_path / "acc.json")))
+    r = run(Args(data=str(dataset), judge=f"roboworld:offline/{trained}", group_by="family",
+                 out=str(tmp_path / "acc.json")))
     assert r["overall"]["n"] == 8 and r["overall"]["failed"] == 0
     assert set(r["by_family"]) == {"fam0", "fam1"}
     assert json.loads((tmp_path / "acc.json").read_text())["overall"]["within_1"] >= r["overall"]["exact"]
@@ -119,7 +122,8 @@ def test_shipped_weights_are_the_default_reward():
     assert DEFAULT_REWARD_FN == "roboworld:offline"
     judge = make_reward_fn(DEFAULT_REWARD_FN)
     assert isinstance(judge, OfflineJudge) and judge.weights == DEFAULT_WEIGHTS_DIR
-    assert make_roboworld("offline").weights == DEFAULT_WEIGHTS_DIR and make_roboworld("").weights == DEFAULT_WEIGHTS_DIR
+    assert make_roboworld("offline").weights == DEFAULT_WEIGHTS_DIR
+    assert make_roboworld("").weights == DEFAULT_WEIGHTS_DIR
     metrics = json.loads((DEFAULT_WEIGHTS_DIR / "metrics.json").read_text())
     assert metrics["heldout_episodes"] > 0 and not metrics["heldout_is_training_set"]
 

@@ -9,6 +9,7 @@ import pytest
 
 from judges.judgement import MissingAPIKeyError
 from judges.registry import make_judge, make_roboworld
+
 from judges_testing import FAST, OPENAI_KEY, Reply, openai_body
 
 
@@ -83,7 +84,8 @@ def test_garbage_and_out_of_range_fail_without_raising(openai_server, tmp_path, 
 
 
 def test_permanent_error_is_not_retried(openai_server, tmp_path, episode):
-    openai_server.script.append(Reply(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}))
+    openai_server.script.append(Reply(401, {"error": {"message": "Incorrect API key provided",
+                                                      "type": "invalid_request_error"}}))
     j = judge_for(openai_server, tmp_path)(episode)
     assert not j.ok and "401" in j.error and len(openai_server.requests) == 1
     assert OPENAI_KEY not in json.dumps(j.to_dict())
@@ -152,7 +154,8 @@ def test_mirabench_pairwise_vote(openai_server, tmp_path):
     # 3 of 7 "Same" is not a majority: no bias; reward_fn form reads the nominal from metadata
     perturbed.metadata["nominal_episode"] = nominal
     openai_server.script.extend(["Same", "Same", "Same", "Different", "Different", "Different", "Different"])
-    j = make_judge("mirabench_optimism_pairwise", f"openai/gpt-4o?base_url={openai_server.url}&cache=false&json_mode=none")(perturbed)
+    j = make_judge("mirabench_optimism_pairwise",
+                   f"openai/gpt-4o?base_url={openai_server.url}&cache=false&json_mode=none")(perturbed)
     assert j.ok and j.criteria["same_votes"] == 3 and j.score == 0.0
 
 

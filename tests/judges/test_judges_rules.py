@@ -13,6 +13,7 @@ from judges.judge import Judge, aggregate, optimism_bias, segment_plan
 from judges.judgement import InvalidAnswerError
 from judges.rubric import available_rubrics, load_rubric
 from judges.sampling import collage, progress_indices, render_frames, sample_indices, side_by_side, split_segments
+
 from judges_testing import make_episode
 
 

@@ -25,10 +25,26 @@ import pytest
 from gymnasium import spaces
 
 import policies
-from policies import (ActionModeMismatchError, ChunkedController, MissingDependencyError, PolicyOutputError,
-                      UnknownPolicyError, as_action_chunk, make_policy, run_episode)
-from policies.openpi_client import (OpenPIClient, PolicyConnectionError, PolicyServerError, PolicyTimeoutError,
-                                    WebsocketConnection, letterbox, packb, unpackb)
+from policies import (
+    ActionModeMismatchError,
+    ChunkedController,
+    MissingDependencyError,
+    PolicyOutputError,
+    UnknownPolicyError,
+    as_action_chunk,
+    make_policy,
+    run_episode,
+)
+from policies.openpi_client import (
+    OpenPIClient,
+    PolicyConnectionError,
+    PolicyServerError,
+    PolicyTimeoutError,
+    WebsocketConnection,
+    letterbox,
+    packb,
+    unpackb,
+)
 from policies.replay import ReplayExhausted, ReplayPolicy
 from policies.roboarena_client import RoboArenaClient, UnsupportedServerConfig
 from policies.server import PolicyServer

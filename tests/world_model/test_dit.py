@@ -205,7 +205,8 @@ def test_fast_inference_pieces_equal_their_reference_math():
     assert torch.equal(parts2[2][1, 2, 0], mod2[1, 2, 32:])
 
     g = torch.Generator().manual_seed(1)
-    q, k, v = torch.randn(6, 2, 1, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g)
+    q = torch.randn(6, 2, 1, 8, generator=g)
+    k, v = torch.randn(6, 2, 5, 8, generator=g), torch.randn(6, 2, 5, 8, generator=g)
     mask = torch.zeros(6, 1, 1, 5)
     mask[:3, ..., :2] = float("-inf")
     torch.testing.assert_close(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
@@ -398,7 +399,8 @@ def test_ablate_script_zeroes_one_input_and_keeps_every_other_weight(tiny_model,
     off = type(wm).from_pretrained(tmp_path / "off")
     cond = conds(3)
     with torch.no_grad():
-        assert torch.equal(off.dit.tcp_embed(cond), torch.zeros(3, 2 * wm.config.dit.tokens_per_view, wm.config.dit.dim))
+        assert torch.equal(off.dit.tcp_embed(cond), torch.zeros(3, 2 * wm.config.dit.tokens_per_view,
+                                                                wm.config.dit.dim))
         assert torch.equal(off.dit.ray_embed(cond), wm.dit.ray_embed(cond))
     kept = {k: v for k, v in wm.state_dict().items() if not k.startswith("dit.tcp_embed.mlp.2.")}
     assert all(torch.equal(off.state_dict()[k], v) for k, v in kept.items())

@@ -7,8 +7,14 @@ import pytest
 import torch
 
 from neuralsim import kinematics as K
-from neuralsim.world_model.focus import (FOCUS_RADIUS, focus_mask, project_exterior, project_wrist, record_focus,
-                                         tool_centre)
+from neuralsim.world_model.focus import (
+    FOCUS_RADIUS,
+    focus_mask,
+    project_exterior,
+    project_wrist,
+    record_focus,
+    tool_centre,
+)
 from neuralsim.world_model.objectives import diffusion_forcing_loss, step_forcing_loss
 
 from .conftest import conds, latents

@@ -64,7 +64,8 @@ def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, 
     wm.save_pretrained(tmp_path / "rays")
     info, plain = checkpoint_info(tmp_path / "rays"), checkpoint_info(tiny_checkpoint)
     assert info["architecture"]["wrist_rays"] is True
-    assert "pose conditioning 7-d (arm: measured, gripper: measured) + wrist camera rays" in format_checkpoint_info(info)
+    text = format_checkpoint_info(info)
+    assert "pose conditioning 7-d (arm: measured, gripper: measured) + wrist camera rays" in text
     extra = sum(p.numel() for p in wm.dit.ray_embed.parameters())
     assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
 

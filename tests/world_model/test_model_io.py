@@ -213,7 +213,8 @@ def test_take_decoder_from_copies_only_the_decoder_and_checks_the_encoder(tiny_m
     assert changed and all(k.startswith(DECODER_PREFIXES) for k in changed)
     assert all(torch.equal(after[k], theirs[k]) for k in after if k.startswith(DECODER_PREFIXES))
     assert [st["stage"] for st in base.config.recipe["stages"]] == ["dit", "decoder"]
-    assert base.config.recipe["decoder_reconstruction_steps"] == 6 and "dit_step_forcing_steps" not in base.config.recipe
+    assert base.config.recipe["decoder_reconstruction_steps"] == 6
+    assert "dit_step_forcing_steps" not in base.config.recipe
     # taking another decoder replaces the decoder history instead of appending to it
     donor.config.recipe["stages"] = [{"stage": "decoder", "steps": 7}, {"stage": "decoder", "steps": 9}]
     base.take_decoder_from(donor)

@@ -126,7 +126,8 @@ def test_diffusion_forcing_losses_and_registry(tiny_model):
     cfg = tiny_model.config
     for name in OBJECTIVES:
         fn, kw = get_objective(name)
-        loss, m = fn(tiny_model.dit, latents(cfg, 2, 4), conds(2, 4), cfg.schedule, torch.Generator().manual_seed(0), **kw)
+        loss, m = fn(tiny_model.dit, latents(cfg, 2, 4), conds(2, 4), cfg.schedule, torch.Generator().manual_seed(0),
+                     **kw)
         assert torch.isfinite(loss) and m["loss"] > 0
         per_view = torch.stack([m[f"loss_view{i}"] for i in range(cfg.dit.num_views)])
         assert torch.allclose(per_view.mean(), m["loss"], rtol=1e-5)  # views are equal in size

@@ -91,15 +91,18 @@ def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
               "--sample-every", "0"]
     assert train_mod.run(parser.parse_args(["--stage", "autoencoder", "--out", str(tmp_path / "ae"), *common])) == 0
     assert train_mod.run(parser.parse_args(["--stage", "dit", "--objective", "diffusion_forcing", "--init-from",
-                                            str(tmp_path / "ae" / "model"), "--out", str(tmp_path / "df"), *common])) == 0
+                                            str(tmp_path / "ae" / "model"), "--out", str(tmp_path / "df"),
+                                            *common])) == 0
     assert train_mod.run(parser.parse_args(["--stage", "dit", "--objective", "step_forcing", "--init-from",
-                                            str(tmp_path / "df" / "model"), "--out", str(tmp_path / "sf"), *common])) == 0
+                                            str(tmp_path / "df" / "model"), "--out", str(tmp_path / "sf"),
+                                            *common])) == 0
     wm = WorldModel.from_pretrained(tmp_path / "sf" / "model")
     stages = [s["objective"] for s in wm.config.recipe["stages"]]
     assert stages == ["reconstruction", "diffusion_forcing", "step_forcing"]
     assert wm.config.recipe["latent_stats_fitted"]
     assert list((tmp_path / "sf" / "samples").glob("*.mp4"))
-    assert any("sample_psnr_per_view" in json.loads(ln) for ln in (tmp_path / "ae" / "metrics.jsonl").read_text().splitlines())
+    metric_lines = (tmp_path / "ae" / "metrics.jsonl").read_text().splitlines()
+    assert any("sample_psnr_per_view" in json.loads(ln) for ln in metric_lines)
 
 
 def test_autoencoder_from_trains_a_fresh_dit_on_a_kept_autoencoder(tmp_path):
@@ -241,7 +244,8 @@ def test_decoder_stage_trains_only_the_decoder(tmp_path):
     assert summary["step"] == 12
     a, b = WorldModel.from_pretrained(base / "model"), WorldModel.from_pretrained(dec / "model")
     changed = {k for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()) if not torch.equal(x, y)}
-    assert changed and all(k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")) for k in changed)
+    assert changed and all(k.startswith(("autoencoder.vae.decoder.",
+                                         "autoencoder.vae.post_quant_conv.")) for k in changed)
     assert b.config.recipe["decoder_reconstruction_steps"] == 12
     assert b.config.recipe["stages"][-1]["objective"] == "reconstruction"
     losses = [x for _, x in _losses(dec)]

@@ -1,1 +1,2 @@
-"""The shipped world model checkpoint (``config.json`` + ``model.safetensors``, written by ``WorldModel.save_pretrained``)."""
+"""The shipped world model checkpoint (``config.json`` + ``model.safetensors``, written by
+``WorldModel.save_pretrained``)."""
