@@ -39,3 +39,28 @@ def time_limit_of_make(depth: int = 2) -> int | None:
     if steps is None or steps == -1:
         return None
     return int(steps)
+
+
+class HorizonFromMake:
+    """Mixin for an env whose ``spec`` setter takes the horizon of ``gym.make``'s ``TimeLimit``.
+
+    ``gym.make`` sets the spec right before it wraps the env in ``TimeLimit(N)``; the setter passes N to the env's
+    ``_set_horizon``, so the episode is scored on the step the wrapper truncates.
+    """
+
+    _spec = None
+
+    @property
+    def spec(self):
+        """The env's ``EnvSpec`` (set by ``gym.make``; None when made directly)."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, value) -> None:
+        self._spec = value
+        steps = time_limit_of_make()  # depth 2: this setter's caller, gym.make
+        if steps is not None:
+            self._set_horizon(steps)
+
+    def _set_horizon(self, steps: int) -> None:
+        raise NotImplementedError

@@ -29,7 +29,7 @@ from ..rewards import make_reward_fn, reward_from_result
 from . import DEFAULT_MAX_EPISODE_STEPS
 from . import adapter as A
 from .episodes import EpisodeSet, EpisodeSpec, default_episodes, load_episodes
-from .horizon import time_limit_of_make
+from .horizon import HorizonFromMake
 from .sim_droid import ACTION_MODES, CARTESIAN_HIGH, CARTESIAN_LOW, droid_spaces
 
 log = logging.getLogger(__name__)
@@ -403,7 +403,7 @@ _COMMON_ARGS = """
             path, an :class:`~neuralsim.envs.episodes.EpisodeSet` or a list of specs."""
 
 
-class NeuralDROIDEnv(gym.Env):
+class NeuralDROIDEnv(HorizonFromMake, gym.Env):
     __doc__ = """DROID's tabletop simulated by a learned action-conditioned video world model.
 
     ## Description
@@ -483,7 +483,6 @@ class NeuralDROIDEnv(gym.Env):
     """.replace("\n    {args}", _COMMON_ARGS)
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
-    _spec = None
 
     def __init__(self, checkpoint=None, reward_fn: str | Callable | None = "default", context_window: int | None = None,
                  denoising_steps: int | None = None, device: str = "cpu", image_size: int | None = None,
@@ -508,19 +507,8 @@ class NeuralDROIDEnv(gym.Env):
     def max_episode_steps(self) -> int | None:
         return self._core.max_episode_steps
 
-    @property
-    def spec(self):
-        """The env's ``EnvSpec`` (set by ``gym.make``; None when made directly)."""
-        return self._spec
-
-    @spec.setter
-    def spec(self, value) -> None:
-        # gym.make sets the spec right before it wraps the env in TimeLimit(N): N becomes the horizon, so the
-        # episode is judged on the step the wrapper truncates (neuralsim/envs/horizon.py)
-        self._spec = value
-        steps = time_limit_of_make()
-        if steps is not None:
-            self._core.max_episode_steps = steps
+    def _set_horizon(self, steps: int) -> None:
+        self._core.max_episode_steps = steps
 
     @property
     def reward_fn(self) -> Callable | None:

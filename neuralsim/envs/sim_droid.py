@@ -37,7 +37,7 @@ from .. import kinematics as K
 from ..episode import VIEW_NAMES, Episode, collage
 from ..rewards import make_reward_fn, reward_from_result
 from . import scene as S
-from .horizon import time_limit_of_make
+from .horizon import HorizonFromMake
 
 TASK_FAMILIES = ("put_in_bowl", "push_to_pad", "stack")
 
@@ -143,7 +143,7 @@ class TaskSpec:
         return instruction_for(self.family, self.colors[self.target], base)
 
 
-class SimDROIDEnv(gym.Env):
+class SimDROIDEnv(HorizonFromMake, gym.Env):
     """MuJoCo Franka Panda tabletop with DROID's action/observation conventions and ground truth.
 
     ## Description
@@ -215,7 +215,6 @@ class SimDROIDEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": K.CONTROL_HZ}
-    _spec = None
 
     def __init__(self, render_mode: str | None = None, image_size: int = 64, action_mode: str = "joint_velocity",
                  task: str | None = None, terminate_on_success: bool = False,
@@ -258,19 +257,8 @@ class SimDROIDEnv(gym.Env):
         self._best_level = 0
         self._record: dict[str, list] = {}
 
-    @property
-    def spec(self):
-        """The env's ``EnvSpec`` (set by ``gym.make``; None when made directly)."""
-        return self._spec
-
-    @spec.setter
-    def spec(self, value) -> None:
-        # gym.make sets the spec right before it wraps the env in TimeLimit(N): N becomes the horizon, so the
-        # episode is scored on the step the wrapper truncates (neuralsim/envs/horizon.py)
-        self._spec = value
-        steps = time_limit_of_make()
-        if steps is not None:
-            self.max_episode_steps = steps
+    def _set_horizon(self, steps: int) -> None:
+        self.max_episode_steps = steps
 
     @property
     def env_id(self) -> str:
