@@ -298,6 +298,12 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
 _ENV = None
 
 
+def _scene_env_id(scene: str) -> str:
+    from ..envs.scene import get_scene
+
+    return get_scene(scene).env_id
+
+
 def _worker_env(image_size: int, distribution: str = "train", scene: str = "classic"):
     """The process's SimDROID env (one per worker, created on first use)."""
     global _ENV
@@ -489,7 +495,8 @@ def _prepare(root: Path, params: dict) -> list[dict]:
         if (root / W.EPISODES_PATH).is_file() or stray:
             raise GenerationMismatchError(f"{str(root)!r} is not empty and has no {W.INFO_PATH} "
                                           f"(found {sorted(stray)[:5] or W.EPISODES_PATH}); pick an empty directory")
-        W.write_info(root, W.new_info(params["image_size"], generation=params))
+        W.write_info(root, W.new_info(params["image_size"], generation=params,
+                                         source=_scene_env_id(params.get("scene", "classic"))))
         return []
     old = info.get("generation") or {}
     diff = {}

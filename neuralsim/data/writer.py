@@ -99,12 +99,12 @@ def feature_spec(image_size: int, fps: float = 15.0, crf: int = DEFAULT_CRF, pix
 
 
 def new_info(image_size: int, fps: float = 15.0, generation: Mapping[str, Any] | None = None,
-             crf: int = DEFAULT_CRF, pix_fmt: str = DEFAULT_PIX_FMT) -> dict:
-    """A fresh ``meta/info.json`` dict (totals 0)."""
+             crf: int = DEFAULT_CRF, pix_fmt: str = DEFAULT_PIX_FMT, source: str = "SimDROID-v0") -> dict:
+    """A fresh ``meta/info.json`` dict (totals 0); ``source`` names the env that made the episodes."""
     return {
         "codebase_version": CODEBASE_VERSION,
         "robot_type": "franka_panda",
-        "source": "SimDROID-v0",
+        "source": source,
         "fps": float(fps),
         "image_size": int(image_size),
         "action_mode": "joint_velocity",

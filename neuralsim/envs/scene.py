@@ -86,6 +86,11 @@ class SceneConfig:
     exterior_cameras: dict = field(hash=False)
 
     @property
+    def env_id(self) -> str:
+        """The registered id of the SimDROID env of this scene (``SimDROID-v0`` classic, ``SimDROID-v1`` legible)."""
+        return {"classic": "SimDROID-v0", "legible": "SimDROID-v1"}.get(self.name, f"SimDROID[{self.name}]")
+
+    @property
     def bowl_outer_half(self) -> float:
         """Half-extent of the bowl's outside walls."""
         return self.bowl_half + 2 * self.bowl_wall_t

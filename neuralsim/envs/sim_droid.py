@@ -263,7 +263,7 @@ class SimDROIDEnv(HorizonFromMake, gym.Env):
     @property
     def env_id(self) -> str:
         """The registered id of this env's scene (``SimDROID-v0`` classic, ``SimDROID-v1`` legible)."""
-        return {"classic": "SimDROID-v0", "legible": "SimDROID-v1"}.get(self.scene.name, f"SimDROID[{self.scene.name}]")
+        return self.scene.env_id
 
     # ------------------------------------------------------------------ helpers
     def _is_robot_body(self, b: int) -> bool:
