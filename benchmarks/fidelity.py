@@ -623,14 +623,14 @@ def paired_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """
     for name, r in (("A", a), ("B", b)):
         if "episode_indices" not in r or "per_episode" not in (r.get("psnr") or {}):
-            raise ValueError(f"report {name} has no per-episode scores: it predates them (session 46) or is an "
+            raise ValueError(f"report {name} has no per-episode scores: it was written by an older version or is an "
                              "--autoencoder-only report; evaluate it again")
     ia = {idx: k for k, idx in enumerate(a["episode_indices"])}
     pairs = [(ia[idx], k) for k, idx in enumerate(b["episode_indices"]) if idx in ia]
     if not pairs:
         raise ValueError("the two reports share no episode: were they run on the same split?")
     out: dict[str, Any] = {"episodes": len(pairs), "frames": {}}
-    # sharpness came in session 47: paired only where both reports have it
+    # older reports have no sharpness: paired only where both reports have it
     sharp = [("sharpness", w) for w in ("in_horizon", "beyond")] if "sharpness" in a and "sharpness" in b else []
     for metric, window in (*PAIRED_ROWS, *sharp):
         pa, pb = a[metric]["per_episode"][window], b[metric]["per_episode"][window]

@@ -19,18 +19,13 @@ positions), seeds :data:`PROBE_SEED` + i, every ``stride``-th frame and every fr
 end of the episode, every cube of every kept frame, with blur / brightness / noise augmentation so that decoded
 world-model frames are not out of distribution for the probe.  ``--decoded-from MODEL`` also passes every render through
 that world model's autoencoder (encode, decode) and lets half of every batch read the decoded copy,
-labelled with the simulator's position.  Tried on the shipped autoencoder (session 22) it did not help:
-the probe found the cube on held-out decoded renders only 29% of the time (9.7 cm mean), and on
-decoded true last frames of the fidelity split 23% (raw-trained: 22%), while it lost accuracy on raw
-renders (65% instead of 93% on the split's last frames).  That autoencoder does not keep a 2.5-pixel
-cube's colour (docs/fidelity_history.md), so there is nothing for the probe to read; the shipped probe is
+labelled with the simulator's position.  On an autoencoder that loses a small cube's colour (the classic scene's
+16x16x4 latent) this does not help and costs accuracy on raw renders (docs/EXPERIMENTS.md), so the shipped probe is
 trained on raw renders.  The option stays for an autoencoder that keeps the cube.
 
-Measured (80 rollouts, 3000 steps, seeds 3_000_000+): table-xy error on held-out rollouts (every
-cube, every kept frame) 1.6 cm mean, 0.6 cm median, 90% below 5 cm; on the true last frames of the
-fidelity splits (target cube) 1.7 cm mean / 0.7 cm median / 93% below 5 cm (held-out, 60 episodes)
-and 1.4 cm / 0.9 cm / 97% (OOD, 30).  The misses are cubes hidden by the bowl's wall or the arm in
-one view.  Frames must be 64x64 to be probed well: views upsampled from a 16x16 model are too blurry.
+Its accuracy on held-out rollouts is in ``probe.json`` beside the weights, on the true last frames of the fidelity
+splits in docs/FIDELITY.md ("Protocol"); its misses are cubes hidden by the bowl's wall or the arm in one
+view.  Frames must be 64x64 to be probed well: views upsampled from a 16x16 model are too blurry.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ failure-labelled episode can still succeed, and a clean one can fail; both are k
 
 ``actor="idle"`` or ``"random"`` (``--actor``) replaces the expert by a no-skill baseline that runs every
 episode to ``max_steps`` (:class:`IdleActor`, :class:`RandomActor`): what a policy that does nothing, or
-flails, looks like, which no expert episode shows.  The judge is trained on such episodes and the
-fidelity benchmark measures on them (``docs/fidelity_history.md``, "No-skill episodes in the world model")::
+flails, looks like, which no expert episode shows.  The judge and the world model are trained on such episodes
+and the fidelity benchmark has idle and random splits (docs/FIDELITY.md, "Splits")::
 
     neuralsim data generate --episodes 60 --out data/simdroid_idle --actor idle --seed 5000000
     neuralsim data generate --episodes 120 --out data/simdroid_random --actor random --seed 5100000
