@@ -39,7 +39,7 @@ world model, Bias Res. = failure preservation):
   shows succeeding;
 * mean predicted and true rubric levels, and the world model's level drop nominal -> perturbed.
 
-Target (issue 5): failure preservation >= 0.90 overall with nominal success preservation >= 0.90.
+Target: failure preservation >= 0.90 overall with nominal success preservation >= 0.90.
 Writes ``benchmarks/results/optimism_bias.json`` (``--quick``: ``optimism_bias_quick.json``).
 
 Both rates come with a 95% Wilson interval (``*_ci95``): with 18 episodes, one rollout moves Bias Res.

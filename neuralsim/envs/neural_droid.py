@@ -129,9 +129,8 @@ def denoising_schedule(trained: Sequence[float], steps: int | None) -> tuple[flo
     None keeps the trained schedule (S = 4: 0.25, 0.5, 0.75, 1).  ``steps`` < S keeps ``steps`` of the
     trained levels, evenly spaced and ending at 1 (level ``floor((i + 1) S / steps)`` for i < steps:
     2 -> 0.5, 1; 3 -> 0.25, 0.5, 1; 1 -> 1).  A Step Forcing model has only ever denoised from those
-    levels: on a grid off them (3 passes at 1/3, 2/3, 1) the shipped model's frames fall apart (12
-    held-out episodes: PSNR 15.1 dB against 23.1 at S = 4; docs/FIDELITY.md, "Inference settings"), so
-    more passes than S, which would need such levels, are refused.
+    levels: on a grid off them (3 passes at 1/3, 2/3, 1) the shipped model's frames fall apart
+    (docs/FIDELITY.md, "Inference settings"), so more passes than S, which would need such levels, are refused.
     """
     trained = tuple(float(t) for t in trained)
     if steps is None:
@@ -386,11 +385,12 @@ _COMMON_ARGS = """
             ``"roboworld:openai/gpt-4o"``, ...), None (reward 0), or ``"default"``
             (:data:`DEFAULT_REWARD_FN`, the offline judge once its weights exist).
         context_window: W, frames a new frame attends to (itself included); None = the model's
-            ``config.window`` (the shipped model: 32, twice its 16-frame training clip; 16 is 7-10% faster).
+            ``config.window`` (the shipped model: 32, twice its 16-frame training clip; 16 is faster,
+            docs/FIDELITY.md, "Inference settings").
         denoising_steps: denoising passes per frame, 1..S, on a subset of the trained levels; None = the
-            checkpoint's ``config.denoising_steps``, else all S (the shipped model: 4; see :func:`denoising_schedule`.
-            2 passes: env.step 1.2-1.5x faster, +0.08 dB over the first 32 frames, -0.2 dB at a 150-step
-            episode's last frame).
+            checkpoint's ``config.denoising_steps``, else all S (the shipped model: 4; see :func:`denoising_schedule`).
+            2 passes are faster and lose a little at the end of a long episode (docs/FIDELITY.md, "Inference
+            settings").
         device: torch device of the world model (``"cpu"``, ``"cuda"``).
         image_size: side of the images handed to the policy; None = the model's 64.  Frames are
             generated at 64 and resized (bilinear, antialiased); records and ``render()`` stay at 64.
