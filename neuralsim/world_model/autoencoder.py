@@ -111,11 +111,6 @@ def fold_upsamplers(decoder: nn.Module) -> nn.Module:
 #: grey levels), for :meth:`ViewAutoencoder.decoder_loss`'s ``change_weight``.
 CHANGED_PIXEL = 0.1
 
-#: Training the residual encoder (:attr:`AutoencoderConfig.residual_channels`): Gaussian noise of this std is
-#: added to its latent before decoding, and its mean square is penalised with this weight (session 50).
-RESIDUAL_NOISE = 0.02
-RESIDUAL_L2_WEIGHT = 1e-4
-
 
 class ReferenceHead(nn.Module):
     """Refines decoded views with the episode's first, true view: ``out = dec + g * (ref - dec) + r``.
@@ -162,8 +157,8 @@ class ReferenceHead(nn.Module):
         up = F.interpolate(torch.cat([z, z - z_ref], 1), size=(h, w), mode="nearest")  # (N, 2C, H, W)
         view = torch.eye(self.num_views, dtype=dec.dtype, device=dec.device).repeat(n // self.num_views, 1)
         feats = torch.cat([dec, ref, ref - dec, up, view[:, :, None, None].expand(n, self.num_views, h, w)], 1)
-        # Channels-last input: oneDNN's full-resolution convolutions run 1.3x (one frame) to 2.6x (eight
-        # frames) faster on a CPU than from the default layout (docs/ARCHITECTURE.md, session 49).
+        # Channels-last input: oneDNN's full-resolution convolutions run faster on a CPU than from the default
+        # layout (1.3x for one frame, 2.6x for eight when measured).
         a = self.out(self.body(feats.contiguous(memory_format=torch.channels_last))).contiguous()  # (N, 4, H, W)
         gate = torch.sigmoid(a[:, :1])
         return dec + gate * (ref - dec) + a[:, 1:]
@@ -185,16 +180,15 @@ class ViewAutoencoder(nn.Module):
             up_block_types=("UpDecoderBlock2D",) * n,
             block_out_channels=config.block_out_channels,
             layers_per_block=config.layers_per_block,
-            latent_channels=config.base_channels,
+            latent_channels=config.latent_channels,
             norm_num_groups=config.norm_num_groups,
             sample_size=config.image_size,
             mid_block_add_attention=False,
         )
-        if config.decoder_depth != config.layers_per_block or config.residual_channels:
-            self.vae.decoder = self._make_decoder(config)  # folded there; reads base + residual channels
+        if config.decoder_depth != config.layers_per_block:
+            self.vae.decoder = self._make_decoder(config)  # folded there
         else:
             fold_upsamplers(self.vae.decoder)
-        self.res_encoder = self._make_residual_encoder(config) if config.residual_channels else None
         self.ref_head = (ReferenceHead(config.reference_head_channels, config.latent_channels)
                          if config.reference_head_channels else None)
 
@@ -220,34 +214,18 @@ class ViewAutoencoder(nn.Module):
             block_out_channels=config.block_out_channels, layers_per_block=config.decoder_depth,
             norm_num_groups=config.norm_num_groups, act_fn="silu", mid_block_add_attention=False))
 
-    @staticmethod
-    def _make_residual_encoder(config: AutoencoderConfig) -> nn.Module:
-        """A diffusers VAE ``Encoder`` shaped like the base one, giving ``residual_channels`` deterministic channels."""
-        from diffusers.models.autoencoders.vae import Encoder
-
-        n = len(config.block_out_channels)
-        return Encoder(in_channels=3, out_channels=config.residual_channels,
-                       down_block_types=("DownEncoderBlock2D",) * n,
-                       block_out_channels=config.block_out_channels, layers_per_block=config.layers_per_block,
-                       norm_num_groups=config.norm_num_groups, act_fn="silu", double_z=False,
-                       mid_block_add_attention=False)
-
     def _check(self, images: torch.Tensor) -> None:
         s = self.config.image_size
         if images.shape[-3:] != (s, s, 3):
             raise ValueError(f"expected views (..., {s}, {s}, 3), got shape {tuple(images.shape)}")
 
     def encode_unit(self, x: torch.Tensor) -> torch.Tensor:
-        """float images (N, 3, H, W) in [-1, 1] -> latent mode (N, C, h, w) (base channels, then residual ones)."""
-        z = self.vae.encode(x).latent_dist.mode()
-        return z if self.res_encoder is None else torch.cat([z, self.res_encoder(x)], 1)
+        """float images (N, 3, H, W) in [-1, 1] -> latent mode (N, C, h, w)."""
+        return self.vae.encode(x).latent_dist.mode()
 
     def decode_unit(self, z: torch.Tensor) -> torch.Tensor:
         """latents (N, C, h, w) -> float images (N, 3, H, W), roughly in [-1, 1]."""
-        if self.res_encoder is None:
-            return self.vae.decode(z).sample
-        base = self.config.base_channels  # the 1x1 post-quant convolution belongs to the base latent
-        return self.vae.decoder(torch.cat([self.vae.post_quant_conv(z[:, :base]), z[:, base:]], 1))
+        return self.vae.decode(z).sample
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 views (..., H, W, 3) -> latents (..., C, h, w)."""
@@ -304,14 +282,7 @@ class ViewAutoencoder(nn.Module):
         gdev = generator.device if generator is not None else x.device
         z = post.mean + post.std * torch.randn(post.mean.shape, generator=generator, device=gdev).to(x.device)
         kl = post.kl().mean() / x[0].numel()
-        extra = self.config.kl_weight * kl
-        if self.res_encoder is not None:
-            # the residual latent is deterministic: a little noise and an L2 pull keep it smooth and bounded
-            r = self.res_encoder(x)
-            extra = extra + RESIDUAL_L2_WEIGHT * r.pow(2).mean()
-            noise = torch.randn(r.shape, generator=generator, device=gdev).to(x.device)
-            z = torch.cat([z, r + RESIDUAL_NOISE * noise], 1)
-        loss, metrics = self._reconstruction_loss(self.decode_unit(z), x, v, extra)
+        loss, metrics = self._reconstruction_loss(self.decode_unit(z), x, v, self.config.kl_weight * kl)
         metrics["kl"] = kl.detach()
         return loss, metrics
 

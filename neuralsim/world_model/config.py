@@ -7,30 +7,10 @@ Every constructor argument of the autoencoder and the DiT lives here, so a check
 Presets (``preset(name)``):
 
 * ``tiny``    -- tests: 16x16 views, 8x8x4 latents, 4 tokens/view, a 2-block 32-wide DiT.
-* ``small``   -- quick CPU experiments: 64x64 views, 16x16x4 latents, 16 tokens/view, 4 blocks x 128.
-* ``default`` -- the shipped model: 64x64 views -> 16x16x4 latents (diffusers ``AutoencoderKL``,
-  channels 16/32/64, no mid attention), DiT patch 4 -> 16 tokens/view, 48 tokens/frame,
-  4 blocks x 192 wide, 4 heads (3.9 M DiT parameters, 0.65 M autoencoder parameters).
-  Why: at batch 1 a generated time step is 5 DiT passes (4 denoising + 1 commit) + decoding three
-  views (~20 ms); per-pass cost on CPU is dominated by per-op overhead, i.e. by depth, not width.
-  Measured on the 2-core CPU (idle): 6 x 160 gave 15.1 steps/s (too close to 15 Hz), 6 x 128 16.3,
-  4 x 192 19.0 steps/s at batch 1 (33 frames/s at batch 8; measured when the size was chosen -- the
-  shared VM has since run 20-40% slower, see ``benchmarks/results/throughput.json``; a decoder pruned
-  to ``decoder_layers_per_block=0`` saves another 8-9 ms); training at batch 8 x 16 frames takes
-  ~0.9 s/step (Diffusion Forcing) and ~1.1 s/step (Step Forcing, two forwards).  48 tokens/frame
-  (16 per view) keeps the 16-frame clip at 768 tokens, so ~10k steps fit in a few CPU hours.
-* ``fine``    -- the default's DiT on a finer latent: 64x64 views -> 32x32x4 latents (channels 32/64, one
-  downsampling), DiT patch 8 -> the same 16 tokens/view, each token carrying 8x8x4 = 256 latent numbers
-  instead of 64.  Why (session 22, docs/fidelity_history.md): a 5 cm cube is ~2.5 pixels wide in the exterior
-  views, and the default's 16x16 latent draws it as a colourless smudge, so no DiT could place it; trained
-  from scratch for the same 600 steps, the 32x32 latent reconstructs held-out frames at 28.9 / 29.1 /
-  27.5 dB (the 16x16 one: 24.9 / 25.1 / 21.6) and keeps the cubes' colours.  Decoding three views costs
-  ~13 ms more than the default's full decoder, but 2.3-3x the shipped, pruned one (30 vs 13 ms, two
-  threads; session 24).  The DiT is 4 blocks x 256 wide (7.0 M parameters), not the default's 192: a
-  192-wide trunk squeezes each token's 256 latent numbers through ``patch_embed`` and ``final_out``, and
-  on the same batches a 256-wide DiT reached a Diffusion Forcing loss of 0.425 at steps 401-500, which the
-  192-wide one had not reached (0.458) after 2,500 (session 23).  It has ~1.75x the DiT FLOPs per pass
-  and takes 1.4-1.5x the time at batch 1 (39.5 vs 27.4 ms per time step, two threads).
+* ``default`` -- the shipped model's architecture: 64x64 views -> 16x16x4 latents (diffusers ``AutoencoderKL``,
+  channels 16/32/64, no mid attention), DiT patch 4 -> 16 tokens/view, 48 tokens/frame, 4 blocks x 192 wide,
+  4 heads (3.9 M DiT parameters).  Its size was chosen for speed at batch 1 on a CPU, where per-op overhead, i.e.
+  depth, dominates; docs/FIDELITY.md has the measured throughput.
 """
 
 from __future__ import annotations
@@ -55,9 +35,6 @@ GRIPPER_CONDITIONINGS = ("measured", "command")
 #: Values of :attr:`WorldModelConfig.arm_conditioning`.
 ARM_CONDITIONINGS = ("measured", "replay")
 
-#: What :meth:`WorldModel.with_dit_blocks` puts behind the new blocks' closed gates (``init``).
-DIT_BLOCK_INITS = ("fresh", "copy")
-
 
 @dataclass
 class AutoencoderConfig:
@@ -73,12 +50,7 @@ class AutoencoderConfig:
     """The decoder's own ``layers_per_block`` (None: the same as the encoder's).  0 gives one ResNet
     per level instead of two: ~25% fewer decoder FLOPs, see :meth:`WorldModel.with_decoder_layers`."""
     latent_channels: int = 4
-    """Channels of the latent (with ``residual_channels``, the base encoder's and the residual encoder's together)."""
-    residual_channels: int = 0
-    """The last ``residual_channels`` of ``latent_channels`` come from a second, residual encoder, made to carry
-    what the base encoder's latent loses (small objects' colour and place); 0: none.  Added to a trained model
-    by :meth:`~neuralsim.world_model.model.WorldModel.with_residual_channels`, which keeps every base latent
-    bit for bit, so the DiT trained on them stays valid."""
+    """Channels of one view's latent."""
     norm_num_groups: int = 16
     """GroupNorm groups (must divide every entry of ``block_out_channels``)."""
     kl_weight: float = 1e-6
@@ -102,21 +74,12 @@ class AutoencoderConfig:
         self.reference_head_channels = int(self.reference_head_channels)
         if self.reference_head_channels < 0:
             raise ValueError(f"reference_head_channels must be >= 0 (0: no head), got {self.reference_head_channels}")
-        self.residual_channels = int(self.residual_channels)
-        if not 0 <= self.residual_channels < self.latent_channels:
-            raise ValueError(f"residual_channels must be in [0, latent_channels={self.latent_channels}), "
-                             f"got {self.residual_channels}")
         if self.image_size % self.downsample:
             raise ValueError(f"image_size={self.image_size} is not divisible by the downsampling {self.downsample}")
 
     @property
     def downsample(self) -> int:
         return 2 ** (len(self.block_out_channels) - 1)
-
-    @property
-    def base_channels(self) -> int:
-        """Channels of the base encoder's latent (``latent_channels - residual_channels``)."""
-        return self.latent_channels - self.residual_channels
 
     @property
     def decoder_depth(self) -> int:
@@ -162,28 +125,12 @@ class DiTConfig:
     """RoPE base for the temporal attention."""
     freq_dim: int = 128
     """Sinusoidal features of the noise level before its MLP."""
-    wrist_rays: bool = False
-    """Also add to each wrist-view token (the last view, ``neuralsim.episode.VIEW_NAMES``) an MLP of the
-    Plücker ray its image region looks along, from the frame's flange pose and SimDROID's wrist camera
-    geometry (:func:`neuralsim.kinematics.wrist_camera_rays`).  The AdaLN condition is one vector per frame
-    for all tokens; this gives the wrist tokens, whose view moves with the hand, a per-token geometry
-    signal.  Off by default; :meth:`WorldModel.with_wrist_rays` turns it on for a trained model."""
-    tcp_marks: bool = False
-    """Also add to each exterior-view token (the first two views) an MLP of where the gripper's tool centre point
-    appears relative to that token's image region (its offset in tokens, a bump that peaks on it, the gripper
-    command), from the frame's flange pose and SimDROID's fixed exterior cameras
-    (:class:`~neuralsim.world_model.dit.TcpMarkEmbedding`).  The AdaLN condition tells every token where the hand
-    is only as a pose; this tells each exterior token whether the hand, and what it holds, is in it.  Off by
-    default; :meth:`WorldModel.with_tcp_marks` turns it on for a trained model."""
 
     def __post_init__(self) -> None:
         if self.patch_size < 1 or self.latent_size % self.patch_size:
             raise ValueError(f"patch_size={self.patch_size} must be >= 1 and divide latent_size={self.latent_size}")
         if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
             raise ValueError(f"dim={self.dim} / num_heads={self.num_heads} must be an even integer head dim")
-        if self.tcp_marks and self.num_views != 3:
-            raise ValueError("tcp_marks needs the three SimDROID views (two exterior + wrist), got "
-                             f"num_views={self.num_views}")
         if self.cond_dim != COND_DIM:
             raise ValueError(f"cond_dim must be {COND_DIM} (xyz, Euler XYZ, gripper), got {self.cond_dim}")
 
@@ -294,12 +241,33 @@ class WorldModelConfig:
         if unknown:
             raise ValueError(f"unknown WorldModelConfig fields {unknown}; known fields: {sorted(known)}")
         ae, dit = dict(d.pop("autoencoder", {})), dict(d.pop("dit", {}))
+        _drop_retired("autoencoder", ae)
+        _drop_retired("dit", dit)
         for name, sub, sub_cls in (("autoencoder", ae, AutoencoderConfig), ("dit", dit, DiTConfig)):
             sub_known = {f.name for f in dataclasses.fields(sub_cls)}
             bad = sorted(set(sub) - sub_known)
             if bad:
                 raise ValueError(f"unknown {name} config fields {bad}; known: {sorted(sub_known)}")
         return cls(autoencoder=AutoencoderConfig(**ae), dit=DiTConfig(**dit), **d)
+
+
+#: Options that existed once and were retired, by config section: (key, the value that meant "off").  A config
+#: holding one at that value loads (the key is dropped); any other value is refused, naming the option.
+RETIRED = {
+    "autoencoder": {"residual_channels": 0},
+    "dit": {"wrist_rays": False, "tcp_marks": False},
+}
+
+
+def _drop_retired(section: str, d: dict[str, Any]) -> None:
+    """Remove ``section``'s retired keys from ``d`` if they hold their "off" value; ValueError otherwise."""
+    for key, off in RETIRED[section].items():
+        if key in d:
+            if d[key] != off:
+                raise ValueError(f"{section}.{key}={d[key]!r}: this checkpoint uses the retired option {key!r}, which "
+                                 f"this version of neuralsim no longer has (only {off!r}, off, loads); the code that "
+                                 "ran it is in git history (docs/EXPERIMENTS.md)")
+            del d[key]
 
 
 def _make(image_size: int, blocks: tuple[int, ...], groups: int, patch: int, dim: int, depth: int, heads: int,
@@ -310,17 +278,13 @@ def _make(image_size: int, blocks: tuple[int, ...], groups: int, patch: int, dim
     return WorldModelConfig(autoencoder=ae, dit=dit, clip_length=clip_length, window=window)
 
 
-PRESETS = ("tiny", "small", "default", "fine")
+PRESETS = ("tiny", "default")
 
 
 def preset(name: str) -> WorldModelConfig:
-    """A fresh config by preset name (``tiny``, ``small``, ``default`` or ``fine``)."""
+    """A fresh config by preset name (``tiny`` or ``default``)."""
     if name == "tiny":
         return _make(16, (8, 8), 4, 4, 32, 2, 2, clip_length=6, window=6)
-    if name == "small":
-        return _make(64, (16, 32, 64), 16, 4, 128, 4, 4, clip_length=16, window=16)
     if name == "default":
         return _make(64, (16, 32, 64), 16, 4, 192, 4, 4, clip_length=16, window=16)
-    if name == "fine":
-        return _make(64, (32, 64), 16, 8, 256, 4, 4, clip_length=16, window=16)
     raise ValueError(f"unknown world model config preset {name!r}; choose one of {PRESETS}")

@@ -5,9 +5,7 @@ A *frame* is one time step: the latents of the three camera views, patchified in
 spatial attention.  The temporal attention is factorised: each token position attends to the same
 position in itself and earlier frames (frame-causal), with RoPE over the frame index on q and k.
 Every sub-layer is AdaLN-Zero modulated by a per-frame condition
-``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.  Optionally (``DiTConfig.wrist_rays``)
-the wrist view's tokens also get a per-token embedding of the camera ray each one looks along, and
-(``DiTConfig.tcp_marks``) the exterior views' tokens one of where the gripper appears relative to each.
+``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.
 
 Entry points (one behaviour each):
 
@@ -29,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kinematics import wrist_camera_rays
 from .config import DiTConfig
 from .kv_cache import KVCache, RowIndex
 
@@ -170,86 +167,6 @@ class ConditionEmbedding(nn.Module):
         return self.mlp(featurise_condition(cond.float()))
 
 
-class WristRayEmbedding(nn.Module):
-    """Two-layer MLP of each wrist-view token's Plücker ray (``DiTConfig.wrist_rays``), (…, 7) -> (…, G, dim).
-
-    The output layer starts at zero, so a model that gains this embedding predicts exactly what it did
-    without it until training moves it.
-    """
-
-    def __init__(self, dim: int, grid: int):
-        super().__init__()
-        self.grid = grid
-        self.mlp = nn.Sequential(Linear(6, dim), nn.SiLU(), Linear(dim, dim))
-        nn.init.zeros_(self.mlp[2].weight)
-        nn.init.zeros_(self.mlp[2].bias)
-
-    def forward(self, cond: torch.Tensor) -> torch.Tensor:
-        return self.mlp(wrist_camera_rays(cond[..., :6].float(), self.grid))
-
-
-class TcpMarkEmbedding(nn.Module):
-    """Two-layer MLP, per exterior-view token, of where the tool centre point appears relative to the token's image
-    region (``DiTConfig.tcp_marks``): (…, 7) -> (…, 2 * G * G, dim), the two exterior views' tokens in order.
-
-    The tool centre point (between the fingertips, :func:`~neuralsim.world_model.focus.tool_centre`) is projected
-    through each of SimDROID's fixed exterior cameras (:func:`~neuralsim.world_model.focus.exterior_camera_frames`).
-    Per token the features are its offset from the token's centre in tokens (column, row; clipped to the grid), a
-    Gaussian bump of that offset (1 on the token, 0.6 one token away), the gripper command, the command times the
-    bump, the point's depth [m] and the view (one-hot).
-    A cube the gripper carries is drawn where the bump is, so the tokens that must draw it know it without having
-    to derive the camera geometry from the pose vector.  The output layer starts at zero, so a model that gains
-    this embedding predicts exactly what it did without it until training moves it.
-    """
-
-    FEATURES = 8
-
-    def __init__(self, dim: int, grid: int):
-        super().__init__()
-        from .focus import exterior_camera_frames
-
-        self.grid = grid
-        pos, basis, tans = exterior_camera_frames()
-        self.register_buffer("cam_pos", torch.tensor(pos, dtype=torch.float32), persistent=False)  # (2, 3)
-        self.register_buffer("cam_basis", torch.tensor(basis, dtype=torch.float32), persistent=False)  # (2, 3, 3)
-        self.register_buffer("cam_tan", torch.tensor(tans, dtype=torch.float32), persistent=False)  # (2,)
-        centre = (torch.arange(grid, dtype=torch.float32) + 0.5) / grid * 2 - 1  # cell centres in [-1, 1]
-        rows, cols = torch.meshgrid(centre, centre, indexing="ij")
-        self.register_buffer("centres", torch.stack([cols, rows], -1).reshape(-1, 2), persistent=False)  # (G*G, 2)
-        self.register_buffer("views", torch.eye(2)[:, None, :], persistent=False)  # (2, 1, 2)
-        self.mlp = nn.Sequential(Linear(self.FEATURES, dim), nn.SiLU(), Linear(dim, dim))
-        nn.init.zeros_(self.mlp[2].weight)
-        nn.init.zeros_(self.mlp[2].bias)
-
-    def image_points(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(…, 7) -> the tool centre point in each exterior view as (column, row) in [-1, 1] (…, 2, 2) and its
-        depth along each camera's axis [m] (…, 2); a point behind a camera is put far outside its image."""
-        from .focus import tool_centre
-
-        tcp = tool_centre(cond[..., :6].float())  # (…, 3)
-        cam = torch.einsum("vij,...vj->...vi", self.cam_basis, tcp[..., None, :] - self.cam_pos)  # right, up, fwd
-        depth = cam[..., 2]
-        ahead = depth > 1e-3
-        safe = torch.where(ahead, depth, torch.ones_like(depth))
-        uv = torch.stack([cam[..., 0] / safe / self.cam_tan, -cam[..., 1] / safe / self.cam_tan], -1)
-        return torch.where(ahead[..., None], uv, torch.full_like(uv, 10.0)), depth
-
-    def features(self, cond: torch.Tensor) -> torch.Tensor:
-        """(…, 7) -> (…, 2, G * G, FEATURES): the MLP's input per exterior view and token."""
-        uv, depth = self.image_points(cond)
-        g = self.grid
-        offset = ((uv[..., :, None, :] - self.centres) * (g / 2)).clamp(-g, g)  # (…, 2, GG, 2) in tokens
-        bump = torch.exp(-0.5 * (offset ** 2).sum(-1, keepdim=True))
-        shape = offset.shape[:-1] + (1,)
-        grip = cond[..., None, None, 6:7].float().expand(shape)
-        return torch.cat([offset, bump, grip, grip * bump, depth[..., :, None, None].expand(shape),
-                          self.views.expand(offset.shape[:-1] + (2,))], -1)
-
-    def forward(self, cond: torch.Tensor) -> torch.Tensor:
-        out = self.mlp(self.features(cond))  # (…, 2, GG, dim)
-        return out.flatten(-3, -2)
-
-
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor) -> torch.Tensor:
     """AdaLN: ``x * (1 + scale) + shift``, given ``1 + scale`` (see :meth:`CausalDiT.conditioning`)."""
     return torch.addcmul(shift, x, scale_plus_one)
@@ -330,16 +247,6 @@ class DiTBlock(nn.Module):
 
     # the modulation's nine chunks are (shift, scale, gate) for each sub-layer in turn (see :meth:`forward`)
     SCALE_CHUNKS = (1, 4, 7)
-    GATE_CHUNKS = (2, 5, 8)
-
-    @torch.no_grad()
-    def close_gates(self) -> None:
-        """Zero the modulation's gate rows: the block then passes its input through unchanged, whatever its
-        other weights (what a fresh AdaLN-Zero block does; kept here for a block that holds trained weights)."""
-        d = self.ada[1].weight.shape[1]
-        for g in self.GATE_CHUNKS:
-            self.ada[1].weight[g * d:(g + 1) * d].zero_()
-            self.ada[1].bias[g * d:(g + 1) * d].zero_()
 
     def modulation(self, c: torch.Tensor) -> torch.Tensor:
         """Frame condition c (B, T, D) -> (shift, 1 + scale, gate) for the three sub-layers, (B, T, 9D)."""
@@ -402,10 +309,6 @@ class CausalDiT(nn.Module):
         for m in (self.final_ada[1], self.final_out):
             nn.init.zeros_(m.weight)
             nn.init.zeros_(m.bias)
-        # built last, so a DiT with rays draws every other initial weight exactly as one without them from the
-        # same seed: a from-scratch A/B of the rays then differs in this module only (its output starts at zero)
-        self.ray_embed = WristRayEmbedding(d, cfg.latent_size // cfg.patch_size) if cfg.wrist_rays else None
-        self.tcp_embed = TcpMarkEmbedding(d, cfg.latent_size // cfg.patch_size) if cfg.tcp_marks else None
         self.register_buffer("final_offset", scale_offset(2, (1,), d), persistent=False)
 
     # -- patchify ---------------------------------------------------------------
@@ -433,14 +336,9 @@ class CausalDiT(nn.Module):
 
     def conditioning(self, t: torch.Tensor, cond: torch.Tensor) -> "Conditioning":
         """What a pass derives from (noise level, condition) alone: c = embed(t) + MLP(cond) (B, T, D) and
-        from it every block's AdaLN modulation (B, T, 9D) and the head's (shift, 1 + scale) (B, T, 2D);
-        with ``wrist_rays`` also the wrist tokens' ray embeddings (B, T, tokens_per_view, D), with ``tcp_marks`` the
-        exterior tokens' gripper marks (B, T, 2 * tokens_per_view, D)."""
+        from it every block's AdaLN modulation (B, T, 9D) and the head's (shift, 1 + scale) (B, T, 2D)."""
         c = self.noise_embed(t) + self.cond_embed(cond)
-        rays = None if self.ray_embed is None else self.ray_embed(cond)
-        marks = None if self.tcp_embed is None else self.tcp_embed(cond)
-        return Conditioning([block.modulation(c) for block in self.blocks], self.final_ada(c) + self.final_offset,
-                            rays, marks)
+        return Conditioning([block.modulation(c) for block in self.blocks], self.final_ada(c) + self.final_offset)
 
     def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
              kv_only: bool = False, conditioning: "Conditioning | None" = None) -> torch.Tensor | None:
@@ -452,14 +350,6 @@ class CausalDiT(nn.Module):
         """
         h = self.patch_embed(self.patchify(x)) + self.pos_embed  # (B, T, N, D)
         mods = self.conditioning(t, cond) if conditioning is None else conditioning
-        if mods.wrist is not None or mods.exterior is not None:  # views in order: exterior 1, exterior 2, wrist
-            split = h.shape[2] - self.config.tokens_per_view
-            ext, wrist = h[:, :, :split], h[:, :, split:]
-            if mods.exterior is not None:
-                ext = ext + mods.exterior
-            if mods.wrist is not None:
-                wrist = wrist + mods.wrist
-            h = torch.cat([ext, wrist], dim=2)
         last = len(self.blocks) - 1
         for i, (block, core) in enumerate(zip(self.blocks, temporal_cores)):
             h = block(h, mods.blocks[i], core, kv_only=kv_only and i == last)
@@ -605,11 +495,7 @@ class CausalDiT(nn.Module):
             pending_conditioning = self.conditioning(torch.zeros(b, 1, device=x.device), pending_cond[:, None])
         pairs = zip(pending_conditioning.blocks, conditioning.blocks)
         both = Conditioning([torch.cat([p, c], dim=1) for p, c in pairs],
-                            torch.cat([pending_conditioning.final, conditioning.final], dim=1),
-                            None if conditioning.wrist is None else
-                            torch.cat([pending_conditioning.wrist, conditioning.wrist], dim=1),
-                            None if conditioning.exterior is None else
-                            torch.cat([pending_conditioning.exterior, conditioning.exterior], dim=1))
+                            torch.cat([pending_conditioning.final, conditioning.final], dim=1))
         store: list = []
         v = self._run(torch.stack([pending, x], dim=1), None, None, self._pending_cores(context, store),
                       conditioning=both)[:, 1]
@@ -663,20 +549,14 @@ class CausalDiT(nn.Module):
 @dataclass
 class Conditioning:
     """Per-block AdaLN modulations (B, T, 9D) and the head's (B, T, 2D) of some (noise level, cond) frames,
-    scales already as ``1 + scale``; with ``DiTConfig.wrist_rays`` also ``wrist`` (B, T, tokens_per_view, D),
-    added to the wrist view's tokens; with ``DiTConfig.tcp_marks`` also ``exterior`` (B, T, 2 * tokens_per_view, D),
-    added to the exterior views' tokens."""
+    scales already as ``1 + scale``."""
 
     blocks: list[torch.Tensor]
     final: torch.Tensor
-    wrist: torch.Tensor | None = None
-    exterior: torch.Tensor | None = None
 
     def select(self, index: int) -> "Conditioning":
         """Frame ``index`` along T only (T becomes 1)."""
-        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1],
-                            None if self.wrist is None else self.wrist[:, index:index + 1],
-                            None if self.exterior is None else self.exterior[:, index:index + 1])
+        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1])
 
 
 @dataclass

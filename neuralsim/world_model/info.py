@@ -7,7 +7,7 @@ integrity as :meth:`WorldModel.from_pretrained` checks it: whether the weights w
 :func:`~neuralsim.world_model.model.weights_digest`; checkpoints saved before it existed have none), and which
 tensors hold NaN or inf values.  Hashing reads every tensor (a fraction of a second for the shipped 9 MB file).
 
-Steps run per stage.  The trainer records ``steps_run`` in each stage since session 42; older stages only
+Steps run per stage.  The trainer records ``steps_run`` in each stage; stages from older trainers only
 have their budget (``steps``), which a ``--deadline`` run may end far short of.  For those the count is
 derived from the recipe's running totals, exactly, where the recipe allows it:
 
@@ -24,7 +24,6 @@ import os
 from typing import Any
 
 _PARTS = (("autoencoder.vae.encoder", "autoencoder encoder"), ("autoencoder.vae.quant_conv", "autoencoder encoder"),
-          ("autoencoder.res_encoder", "residual encoder"),
           ("autoencoder.vae.decoder", "autoencoder decoder"), ("autoencoder.vae.post_quant_conv",
                                                                "autoencoder decoder"),
           ("autoencoder.ref_head", "reference head"), ("dit.", "DiT"), ("latent_", "latent stats"))
@@ -66,26 +65,29 @@ def stage_steps_run(recipe: dict) -> list[tuple[int | None, str]]:
 
 # a recipe stage's options as ``model info`` names them: (recipe key, words; ``{}`` takes the value)
 _STAGE_OPTIONS = (("rollout_share", "rollouts {:g}"), ("reference_head", "reference head {}"),
-                  ("residual_channels", "{} residual channels"), ("change_weight", "change weight {:g}"),
-                  ("focus_weight", "focus weight {:g}"), ("self_rollout", "self-rollout {}"),
-                  ("dit_patch_size_from", "tokens cut from patch {}"), ("wrist_rays", "wrist rays added"),
-                  ("tcp_marks", "gripper marks added"), ("arm_conditioning", "arm: {}"),
-                  ("gripper_conditioning", "gripper: {}"))
+                  ("head_only", "reference head only"), ("change_weight", "change weight {:g}"),
+                  ("arm_conditioning", "arm: {}"), ("gripper_conditioning", "gripper: {}"))
+
+# what every stage records, or what the table shows in its own columns: never listed as an option
+_STAGE_FIELDS = {"stage", "objective", "data", "batch_size", "lr", "steps", "steps_run", "steps_run_source",
+                 "decay_steps", "cool_down_secs", "continues_from_step", "decoder_layers_per_block", "rollout_seed",
+                 "rollout_window"}
 
 
 def stage_options(stage: dict, previous_decoder_depth: int | None = None) -> list[str]:
     """What a recipe stage did besides its objective, in words, in the order ``neuralsim model info`` prints them.
 
-    The trainer records each option only when it was given (``--rollout-share``, ``--focus-weight``,
-    ``--dit-patch-size`` with ``--init-from`` ...), so a plain stage gives ``[]``.  Every decoder stage records
+    The trainer records each option only when it was given (``--rollout-share``, ``--change-weight`` ...), so a
+    plain stage gives ``[]``; an option this version does not name (recorded by an older trainer) is listed as
+    ``key value``.  Every decoder stage records
     its decoder's depth; it is named only where it differs from ``previous_decoder_depth``, the depth before the
     stage (the previous decoder stage's, the encoder's before the first; None: unknown, as after a stage from
     before the trainer recorded it), i.e. where the stage pruned or deepened the decoder.
     """
     opts = [words.format(stage[key]) for key, words in _STAGE_OPTIONS if stage.get(key)]
-    if stage.get("added_dit_blocks"):
-        init = stage.get("dit_block_init")
-        opts.append(f"{stage['added_dit_blocks']} DiT blocks added" + (f" ({init})" if init else ""))
+    named = _STAGE_FIELDS | {key for key, _ in _STAGE_OPTIONS}
+    # an option of an older trainer (a checkpoint's history keeps it): key and value
+    opts += [f"{key} {value}" for key, value in stage.items() if key not in named and value not in (None, False, 0)]
     depth = stage.get("decoder_layers_per_block")
     if depth is not None and depth != previous_decoder_depth:
         opts.append(f"decoder {'' if previous_decoder_depth is None else f'{previous_decoder_depth} -> '}{depth} "
@@ -150,12 +152,10 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
         "architecture": {
             "image_size": ae.image_size, "views": dit.num_views, "latent": [ae.latent_size, ae.latent_size,
                                                                             ae.latent_channels],
-            "residual_latent_channels": ae.residual_channels,
             "encoder_layers_per_block": ae.layers_per_block, "decoder_layers_per_block": ae.decoder_depth,
             "reference_head_channels": ae.reference_head_channels,
             "dit_depth": dit.depth, "dit_dim": dit.dim,
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
-            "wrist_rays": dit.wrist_rays, "tcp_marks": dit.tcp_marks,
             "gripper_conditioning": config.gripper_conditioning,
             "arm_conditioning": config.arm_conditioning,
         },
@@ -202,16 +202,12 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         + f"; total {_count(p['total'])}",
         f"  views: {a['views']} x {a['image_size']}x{a['image_size']} -> latents "
         f"{'x'.join(str(x) for x in a['latent'])}"
-        + (f" ({a['residual_latent_channels']} of the channels from a residual encoder)"
-           if a.get("residual_latent_channels") else "")
         + f"; decoder {a['decoder_layers_per_block']} layer(s) per block"
         + (f" + a reference head {a['reference_head_channels']} wide (refines views against the episode's first)"
            if a.get("reference_head_channels") else ""),
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
         f"pose conditioning {a['cond_dim']}-d (arm: {a.get('arm_conditioning', 'measured')}, "
-        f"gripper: {a.get('gripper_conditioning', 'measured')})"
-        + (" + wrist camera rays" if a["wrist_rays"] else "")
-        + (" + exterior gripper marks" if a.get("tcp_marks") else ""),
+        f"gripper: {a.get('gripper_conditioning', 'measured')})",
         f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
         f"noise levels {', '.join(f'{t:g}' for t in inf['schedule'])}",
     ]

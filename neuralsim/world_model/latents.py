@@ -33,7 +33,7 @@ LATENT_CACHE_DIR = ".latent_cache"
 
 
 #: State-dict prefixes of the autoencoder's weights that ``encode`` reads.
-ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.", "res_encoder.")
+ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.")
 
 
 def hash_weights(h, state_dict: dict, keep) -> None:
@@ -143,9 +143,6 @@ class WindowedLatents:
     and first row), ``latents`` (fp16 (sum T, V, C, h, w)), ``cond`` (float32 (sum T, 7)) and ``device``.
     """
 
-    #: bool (sum T, V, h, w) focus masks (:mod:`neuralsim.world_model.focus`), or None when not computed
-    focus = None
-
     def _rows(self, indices: list[int]):
         """The concatenated rows (B * T,) of dataset windows ``indices``, on the store's device."""
         import torch
@@ -169,13 +166,6 @@ class WindowedLatents:
         return (z.view(len(indices), T, *z.shape[1:]).to(device),
                 c.view(len(indices), T, -1).to(device))
 
-    def get_focus(self, indices: list[int], device):
-        """Focus masks (B, T, V, 1, h, w) float32 (1 near the target cube, else 0) of dataset windows ``indices``."""
-        if self.focus is None:
-            raise ValueError(f"{type(self).__name__} of {self.dataset.root} was built without focus masks (focus=True)")
-        m = self.focus.index_select(0, self._rows(indices)).float()
-        return m.view(len(indices), self.dataset.clip_length, m.shape[1], 1, *m.shape[2:]).to(device)
-
 
 class LatentStore(WindowedLatents):
     """Latents and conditioning of every episode of a ``ClipDataset``, indexed like the dataset.
@@ -190,12 +180,10 @@ class LatentStore(WindowedLatents):
         progress: show a progress bar while encoding.
         gripper, arm: the conditioning signals the DiT is trained on (:func:`env_cond`); the disk cache always
             keeps the measured ones.
-        focus: also build each frame's focus mask (:func:`neuralsim.world_model.focus.record_focus`, from the
-            record's target poses and the recorded flange poses; cheap, not cached), served by :meth:`get_focus`.
     """
 
     def __init__(self, autoencoder, dataset, device="cpu", chunk: int = 64, progress: bool = True,
-                 gripper: str = "measured", arm: str = "measured", focus: bool = False):
+                 gripper: str = "measured", arm: str = "measured"):
         import torch
 
         from neuralsim.data.reader import load_episode, read_joints_and_actions
@@ -207,7 +195,6 @@ class LatentStore(WindowedLatents):
         self.dir = Path(dataset.root) / LATENT_CACHE_DIR / self.fingerprint
         latents: list[np.ndarray] = []  # per record: fp16 (T, V, C, h, w)
         conds: list[np.ndarray] = []  # per record: float32 (T, 7)
-        masks: list[np.ndarray] = []  # per record, with focus: bool (T, V, h, w)
         writable = True
         if progress:
             from tqdm.auto import tqdm
@@ -229,10 +216,6 @@ class LatentStore(WindowedLatents):
                 encoded += 1
                 if writable:
                     writable = write_npz(path, "latent", latents=z, cond=cond)
-            if focus:  # from the measured arm (the cached cond): the frames show where the arm really went
-                from .focus import record_focus
-
-                masks.append(record_focus(rec, cond[:, :6], grid=z.shape[-1]))
             if gripper != "measured" or arm != "measured":  # the cache keeps the measured cond; these are cheap to redo
                 cond = env_cond(cond, *read_joints_and_actions(dataset.root, rec, dataset.layout), gripper, arm)
             latents.append(z)
@@ -247,8 +230,6 @@ class LatentStore(WindowedLatents):
         del latents  # the concatenation is the only copy kept
         self.latents = torch.from_numpy(z_all).to(self.device)  # fp16 (sum T, V, C, h, w)
         self.cond = torch.from_numpy(np.concatenate(conds)).to(self.device)  # float32 (sum T, 7)
-        if focus:
-            self.focus = torch.from_numpy(np.concatenate(masks)).to(self.device)  # bool (sum T, V, h, w)
         log.info("latent store %s: %d episodes (%d encoded now), %.0f MB on %s", self.dir, len(self.lengths),
                  encoded, z_all.nbytes / 1e6, self.device)
 
@@ -282,8 +263,3 @@ class ConcatLatents:
         """As :meth:`LatentStore.get`: (B, T, V, C, h, w) latents and (B, T, 7) conditioning, in order."""
         z, c = self._gather(indices, lambda store, local: store.get(local, device))
         return z, c
-
-    def get_focus(self, indices: list[int], device):
-        """As :meth:`WindowedLatents.get_focus`: (B, T, V, 1, h, w) focus masks, in order."""
-        (m,) = self._gather(indices, lambda store, local: (store.get_focus(local, device),))
-        return m

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from .autoencoder import ViewAutoencoder
-from .config import DIT_BLOCK_INITS, DiTConfig, WorldModelConfig
+from .config import WorldModelConfig
 from .dit import CausalDiT
 from .kv_cache import KVCache
 from .sampler import sample_frame_with_pending, sample_noise
@@ -174,14 +174,12 @@ class WorldModel(nn.Module):
         return z * self._stat(self.latent_std) + self._stat(self.latent_mean)
 
     @torch.no_grad()
-    def set_latent_stats(self, latents: torch.Tensor, channels: slice | None = None) -> None:
-        """Per-channel mean/std from raw autoencoder latents (..., C, h, w); ``channels`` (e.g. the residual
-        ones) sets only those, and leaves the others' statistics bit for bit."""
+    def set_latent_stats(self, latents: torch.Tensor) -> None:
+        """Per-channel mean/std from raw autoencoder latents (..., C, h, w)."""
         c = latents.shape[-3]
         flat = latents.transpose(0, -3).reshape(c, -1) if latents.ndim > 3 else latents.reshape(c, -1)
-        keep = slice(None) if channels is None else channels
-        self.latent_mean[keep] = flat.mean(dim=1)[keep].to(self.latent_mean)
-        self.latent_std[keep] = flat.std(dim=1).clamp_min(1e-4)[keep].to(self.latent_std)
+        self.latent_mean.copy_(flat.mean(dim=1).to(self.latent_mean))
+        self.latent_std.copy_(flat.std(dim=1).clamp_min(1e-4).to(self.latent_std))
 
     @torch.no_grad()
     def encode(self, views: torch.Tensor) -> torch.Tensor:
@@ -355,198 +353,6 @@ class WorldModel(nn.Module):
         counts = {k: v for k, v in donor.config.recipe.items() if k.startswith("decoder_")}  # steps done
         self.config.recipe = {**self.config.recipe, **counts, "stages": own_stages + stages}
         return self
-
-    @torch.no_grad()
-    def with_dit(self, dit: DiTConfig) -> "WorldModel":
-        """A copy of this model with a freshly initialised DiT of shape ``dit``; everything else is kept.
-
-        For training a new DiT shape (e.g. a wider one) on an autoencoder that is already trained, so its
-        latents and the latent store on disk stay valid: the autoencoder and the latent statistics are
-        copied bit for bit.  ``dit`` must read this autoencoder's latents (same channels and size).  The
-        recipe keeps the autoencoder's and decoder's history and drops the DiT's, which no longer applies.
-        The new DiT's initial weights come from the global torch RNG (seed it for a reproducible start).
-        """
-        ae = self.config.autoencoder
-        if (dit.latent_channels, dit.latent_size) != (ae.latent_channels, ae.latent_size):
-            raise ValueError(f"the DiT reads {dit.latent_channels}x{dit.latent_size}x{dit.latent_size} latents but "
-                             f"this autoencoder makes {ae.latent_channels}x{ae.latent_size}x{ae.latent_size}")
-        cfg = WorldModelConfig.from_dict(self.config.to_dict())
-        cfg.dit = dataclasses.replace(dit)
-        recipe = {k: v for k, v in cfg.recipe.items() if not k.startswith("dit_")}
-        recipe["stages"] = [st for st in recipe.get("stages", []) if st.get("stage") != "dit"]
-        cfg.recipe = recipe
-        new = type(self)(cfg).to(self.device)
-        own = new.state_dict()
-        for name, t in self.state_dict().items():
-            if not name.startswith("dit."):
-                own[name].copy_(t)
-        return new.eval()
-
-    @torch.no_grad()
-    def with_wrist_rays(self) -> "WorldModel":
-        """A copy of this model whose DiT also reads per-token wrist camera rays (``DiTConfig.wrist_rays``).
-
-        Every existing weight is copied bit for bit and the new ray embedding's output layer starts at zero,
-        so the copy predicts exactly what this model does until it is trained (its hidden layer's initial
-        weights come from the global torch RNG).  The recipe is kept.
-        """
-        if self.config.dit.wrist_rays:
-            raise ValueError("this model's DiT already reads wrist camera rays")
-        return self._with_more_dit(wrist_rays=True)
-
-    def with_tcp_marks(self) -> "WorldModel":
-        """A copy of this model whose DiT also reads per-token gripper marks in the exterior views
-        (``DiTConfig.tcp_marks``).
-
-        As :meth:`with_wrist_rays`: every existing weight is copied bit for bit and the new embedding's output layer
-        starts at zero, so the copy predicts exactly what this model does until it is trained.  The recipe is kept.
-        """
-        if self.config.dit.tcp_marks:
-            raise ValueError("this model's DiT already reads the exterior views' gripper marks")
-        return self._with_more_dit(tcp_marks=True)
-
-    @torch.no_grad()
-    def with_dit_blocks(self, blocks: int, init: str = "copy") -> "WorldModel":
-        """A copy of this model whose DiT has ``blocks`` more blocks, appended after its own.
-
-        Every existing weight is copied bit for bit, and each new block starts with its gates at zero, so it
-        passes its input through and the deeper copy predicts exactly what this model does until it is trained.
-        ``init`` says what the new blocks hold behind their closed gates:
-
-        - ``"copy"`` (default): the trained weights of the DiT's last ``blocks`` blocks, in order (for ``blocks`` >
-          depth, the stack repeated), with only the gate rows of their modulation zeroed
-          (:meth:`~neuralsim.world_model.dit.DiTBlock.close_gates`): the loss's gradient reaches the gates through
-          a block that already computes something useful (progressive stacking).  Measured on v21 + 4 (session 59):
-          after 5,900 steps its blocks changed their input by 1-7%, and the held-out loss was 2.5% below a 4-block
-          control's.
-        - ``"fresh"``: a new AdaLN-Zero block (whole modulation at zero, the other weights from the global torch
-          RNG).  Measured on v21 + 4 (session 58): after 5,800 steps its blocks still changed their input by 0.3%,
-          and the model was level with the 4-block control.
-
-        For testing whether capacity is what a trained DiT lacks, without starting from scratch.  The recipe is kept.
-        """
-        blocks = int(blocks)
-        if blocks < 1:
-            raise ValueError(f"blocks must be >= 1, got {blocks}")
-        if init not in DIT_BLOCK_INITS:
-            raise ValueError(f"init must be one of {DIT_BLOCK_INITS}, got {init!r}")
-        depth = self.config.dit.depth
-        new = self._with_more_dit(depth=depth + blocks)
-        if init == "copy":
-            for j in range(blocks):
-                block = new.dit.blocks[depth + j]
-                block.load_state_dict(self.dit.blocks[(depth - blocks + j) % depth].state_dict())
-                block.close_gates()
-        return new
-
-    @torch.no_grad()
-    def with_dit_patch_size(self, patch_size: int) -> "WorldModel":
-        """A copy of this model whose DiT cuts the latents into finer patches (``patch_size`` must divide the
-        current one): ``r * r`` times as many tokens, each ``r = old / new`` times narrower, the trained
-        transformer kept.
-
-        Only the three token-shaped weights change; every other weight is copied bit for bit:
-
-        - ``patch_embed``: each new patch is embedded as the old layer embeds it upsampled ``r`` times (nearest),
-          so a flat patch gets the embedding its flat parent had;
-        - ``pos_embed``: each new token takes its parent token's position embedding;
-        - ``final_out``: each new cell is the mean of the ``r x r`` old cells it is made of.
-
-        On latents flat within every old patch, the ``r * r`` tokens of a parent then hold the parent's hidden state
-        exactly (spatial attention over equal copies weighs them as the one parent; temporal attention and the MLP
-        act per token), so the copy's velocity averaged over each old patch equals this model's (for a DiT without
-        wrist rays or gripper marks: those are computed per token of the finer grid, so they differ).  Elsewhere it
-        starts close and needs training: a warm start for testing whether finer tokens help, without training a
-        DiT from scratch.  The DiT's cost per frame grows about ``r**2`` (MLP) to ``r**4`` (spatial attention).
-        The recipe is kept.
-        """
-        old = self.config.dit.patch_size
-        patch_size = int(patch_size)
-        if patch_size < 1 or patch_size >= old or old % patch_size:
-            raise ValueError(f"patch_size must be smaller than the DiT's {old} and divide it, got {patch_size}")
-        r, c = old // patch_size, self.config.dit.latent_channels
-        cfg = WorldModelConfig.from_dict(self.config.to_dict())
-        cfg.dit = dataclasses.replace(cfg.dit, patch_size=patch_size)
-        new = type(self)(cfg).to(self.device)
-        own = new.state_dict()
-        reshaped = ("dit.patch_embed.weight", "dit.pos_embed", "dit.final_out.weight", "dit.final_out.bias")
-        for name, t in self.state_dict().items():
-            if name not in reshaped:
-                own[name].copy_(t)
-        src, dst = self.dit, new.dit
-        d = src.config.dim
-        # patch features are ordered (channel, row, column) within a patch (CausalDiT.patchify)
-        w = src.patch_embed.weight.view(d, c, patch_size, r, patch_size, r)  # old row = new row * r + sub-row
-        dst.patch_embed.weight.copy_(w.sum(dim=(3, 5)).reshape(d, -1))
-        out_w = src.final_out.weight.view(c, patch_size, r, patch_size, r, d)
-        dst.final_out.weight.copy_(out_w.mean(dim=(2, 4)).reshape(-1, d))
-        dst.final_out.bias.copy_(src.final_out.bias.view(c, patch_size, r, patch_size, r).mean(dim=(2, 4)).reshape(-1))
-        v, g = src.config.num_views, src.config.latent_size // old
-        pos = src.pos_embed.view(v, g, g, d).repeat_interleave(r, dim=1).repeat_interleave(r, dim=2)
-        dst.pos_embed.copy_(pos.reshape(-1, d))
-        return new.eval()
-
-    def _with_more_dit(self, **dit_changes) -> "WorldModel":
-        """A copy whose DiT config has ``dit_changes`` and which holds every weight of this model, copied bit for
-        bit; the changes may only add weights (zero-output modules), so the copy predicts what this model does."""
-        cfg = WorldModelConfig.from_dict(self.config.to_dict())
-        cfg.dit = dataclasses.replace(cfg.dit, **dit_changes)
-        new = type(self)(cfg).to(self.device)
-        own = new.state_dict()
-        for name, t in self.state_dict().items():
-            own[name].copy_(t)
-        return new.eval()
-
-    @torch.no_grad()
-    def with_residual_channels(self, channels: int) -> "WorldModel":
-        """A copy of this model whose latent gains ``channels`` residual channels
-        (``AutoencoderConfig.residual_channels``).
-
-        A fresh residual encoder (initial weights from the global torch RNG) makes the new channels; everything
-        that reads latents learns of them through zero-initialised weights: the decoder's first convolution, the
-        reference head's first convolution, the DiT's patch embedding and its output layer (whose new rows give a
-        velocity of zero).  The base encoder and the base channels' statistics are copied bit for bit, so the copy
-        decodes, and its DiT predicts, exactly what this model does until it is trained.  The new channels'
-        statistics start at mean 0, std 1 (``recipe["residual_stats_fitted"]`` False: the DiT stage fits them).
-        """
-        channels = int(channels)
-        ae = self.config.autoencoder
-        if channels < 1:
-            raise ValueError(f"channels must be >= 1, got {channels}")
-        if ae.residual_channels:
-            raise ValueError(f"this model already has {ae.residual_channels} residual latent channels")
-        c0, c1 = ae.latent_channels, ae.latent_channels + channels
-        cfg = WorldModelConfig.from_dict(self.config.to_dict())
-        cfg.autoencoder = dataclasses.replace(cfg.autoencoder, latent_channels=c1, residual_channels=channels)
-        cfg.dit = dataclasses.replace(cfg.dit, latent_channels=c1)
-        cfg.recipe = {**cfg.recipe, "residual_stats_fitted": False}
-        new = type(self)(cfg).to(self.device)
-        own = new.state_dict()
-        pp = self.config.dit.patch_size ** 2
-        for name, t in self.state_dict().items():
-            dst = own[name]
-            if dst.shape == t.shape:
-                dst.copy_(t)
-                continue
-            dst.zero_()
-            if name == "autoencoder.vae.decoder.conv_in.weight":  # (ch, C, 3, 3): new input channels read nothing
-                dst[:, :c0] = t
-            elif name == "autoencoder.ref_head.body.0.weight":  # inputs: 9 image channels, z (C), z - z_ref (C), views
-                dst[:, :9 + c0] = t[:, :9 + c0]
-                dst[:, 9 + c1:9 + c1 + c0] = t[:, 9 + c0:9 + 2 * c0]
-                dst[:, 9 + 2 * c1:] = t[:, 9 + 2 * c0:]
-            elif name == "dit.patch_embed.weight":  # token = (C, p, p) flattened, channel-major
-                dst[:, :c0 * pp] = t
-            elif name in ("dit.final_out.weight", "dit.final_out.bias"):
-                dst[:c0 * pp] = t
-            elif name == "latent_mean":
-                dst[:c0] = t
-            elif name == "latent_std":
-                dst[:c0] = t
-                dst[c0:] = 1.0
-            else:
-                raise CheckpointError(f"{name}: shape {tuple(t.shape)} has no rule to become {tuple(dst.shape)}")
-        return new.eval()
 
     @torch.no_grad()
     def with_decoder_layers(self, layers_per_block: int) -> "WorldModel":

@@ -10,14 +10,7 @@ fixed order documented per objective, so fixed seeds give fixed losses.  Each ob
 only when it writes a log line (a read makes the host wait for a GPU).  Besides ``loss`` they hold
 ``loss_view<i>``, the same mean over view ``i``'s elements alone (views in the data's order, e.g.
 :data:`neuralsim.episode.VIEW_NAMES`): which camera the error comes from, and ``loss_ch<c>``, the mean
-over latent channel ``c``'s elements alone: which channel it comes from (with residual channels, the
-last ``AutoencoderConfig.residual_channels`` of them).
-
-Both objectives take an optional ``focus`` mask (B, T, V, 1, h, w) (1 on the latent cells near the target cube,
-:mod:`neuralsim.world_model.focus`) and ``focus_weight`` W: the loss is then the mean of the squared errors
-weighted ``1 + W`` on those cells and 1 elsewhere, normalised by the weights' mean so that W = 0 gives the plain
-loss.  With a mask the metrics also hold ``loss_plain`` (the unweighted mean, comparable with runs without one)
-and ``loss_focus`` (the mean over the masked cells alone).
+over latent channel ``c``'s elements alone: which channel it comes from.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .sampler import euler_step, rollout_latents
+from .sampler import euler_step
 
 Objective = Callable[..., tuple[torch.Tensor, dict]]
 
@@ -43,26 +36,9 @@ def _with_context(context: torch.Tensor, frames: torch.Tensor, t: torch.Tensor) 
     return torch.cat([context, frames], dim=1), torch.cat([t.new_zeros(t.shape[0], context.shape[1]), t], dim=1)
 
 
-def _reduce(err: torch.Tensor, focus: torch.Tensor | None, focus_weight: float) -> tuple[torch.Tensor, dict]:
-    """The loss of squared errors ``err`` (B, N, V, C, h, w) of frames 1..T-1, and the focus metrics (module doc)."""
-    if focus is None:
-        return err.mean(), {}
-    if focus_weight < 0:
-        raise ValueError(f"focus_weight must be >= 0, got {focus_weight}")
-    m = focus[:, 1:].to(err.dtype)
-    if m.shape[:3] != err.shape[:3] or m.shape[-2:] != err.shape[-2:] or m.shape[3] != 1:
-        raise ValueError(f"focus mask {tuple(focus.shape)} does not fit latents "
-                         f"{(err.shape[0], err.shape[1] + 1, *err.shape[2:])}; expected (B, T, V, 1, h, w)")
-    w = 1.0 + focus_weight * m
-    loss = (err * w).mean() / w.mean()
-    plain = err.detach().mean()
-    on_focus = (err.detach() * m).sum() / (m.sum() * err.shape[3]).clamp(min=1.0)
-    return loss, {"loss_plain": plain, "loss_focus": on_focus}
-
-
 def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
-                           generator: torch.Generator | None = None, discrete: bool = False,
-                           focus: torch.Tensor | None = None, focus_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
+                           generator: torch.Generator | None = None,
+                           discrete: bool = False) -> tuple[torch.Tensor, dict]:
     """Diffusion Forcing: independent per-frame noise, one causal forward, velocity MSE.
 
     Draws: t (B, N) -- ``U(0.001, 0.999)`` or, if ``discrete``, ``t_k`` with k ~ U{1..S}; then eps.
@@ -79,14 +55,13 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
     x_t = _noisy(x[:, 1:], eps, t)
     v = model(*_with_context(x[:, :1], x_t, t), cond)[:, 1:]
     err = (v.float() - (eps - x[:, 1:])).pow(2)
-    loss, extra = _reduce(err, focus, focus_weight)
-    return loss, {"loss": loss.detach(), **extra, **_error_breakdown(err)}
+    loss = err.mean()
+    return loss, {"loss": loss.detach(), **_error_breakdown(err)}
 
 
 def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
-                      generator: torch.Generator | None = None, anchor_prob: float = 0.5,
-                      focus: torch.Tensor | None = None, focus_weight: float = 0.0,
-                      self_rollout: int = 0, rollout_model=None) -> tuple[torch.Tensor, dict]:
+                      generator: torch.Generator | None = None,
+                      anchor_prob: float = 0.5) -> tuple[torch.Tensor, dict]:
     """Step Forcing, Algorithm 1 of RoboWorld, with all frames in parallel.
 
     Draws, in order: k (B, N) ~ U{1..S}; eps (B, N, ...) ~ N(0, I); u (B, N) ~ U[0, 1), anchor = u < p.
@@ -100,36 +75,18 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
 
     ``anchor_prob = 1`` is the "no self-forward" ablation (it skips pass 2: every prior is the noisy
     ground truth); ``anchor_prob = 0`` is the "no anchor" ablation.
-
-    ``self_rollout`` R > 0 (not in the paper): after the draws above, K ~ U{0..R} is drawn for the batch, and
-    frames 1..K are replaced by the model's own rollout from frame 0 (:func:`~.sampler.rollout_latents`, no grad,
-    its noise drawn next), clean context at t = 0 as at inference. Frames K+1..T-1 are trained as above on the
-    true frames, so the model learns the next true frame after its own, drifted ones. ``rollout_model``: the
-    bare :class:`~.dit.CausalDiT` to roll out with (default ``model``; pass it when ``model`` is wrapped).
     """
     if not 0.0 <= anchor_prob <= 1.0:
         raise ValueError(f"anchor_prob must be in [0, 1], got {anchor_prob}")
     b, n = x.shape[0], x.shape[1] - 1
-    if not 0 <= self_rollout < n:
-        raise ValueError(f"self_rollout must be in [0, {n - 1}] for clips of {n + 1} frames (some frame must stay "
-                         f"to train), got {self_rollout}")
     dev, gdev = x.device, _gdev(generator)
     ts = torch.tensor([0.0] + [float(s) for s in schedule], device=dev)  # t_0 = 0, t_1..t_S
     k = torch.randint(1, len(ts), (b, n), generator=generator, device=gdev).to(dev)
     eps = torch.randn(x[:, 1:].shape, generator=generator, device=gdev).to(dev)
     anchor = (torch.rand((b, n), generator=generator, device=gdev) < anchor_prob).to(dev)
-    rolled = int(torch.randint(0, self_rollout + 1, (1,), generator=generator, device=gdev)) if self_rollout else 0
-    if rolled:  # context = frame 0 and the model's own frames 1..K; frames K+1.. are trained
-        own = rollout_latents(rollout_model if rollout_model is not None else model, x[:, 0].float(),
-                              cond[:, :rolled + 1].float(), schedule, generator).to(x.dtype)
-        context = torch.cat([x[:, :1], own], dim=1)
-        k, eps, anchor = k[:, rolled:], eps[:, rolled:], anchor[:, rolled:]
-        focus = None if focus is None else focus[:, rolled:]
-    else:
-        context = x[:, :1]
-    target = x[:, rolled + 1:]
+    context, target = x[:, :1], x[:, 1:]
 
-    t_k = ts[k]  # (B, N - K)
+    t_k = ts[k]  # (B, N)
     x_k = _noisy(target, eps, t_k)
     dt = torch.where(anchor, torch.zeros_like(t_k), t_k - ts[k - 1])
     t_prior = t_k - dt
@@ -143,10 +100,8 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
     v2 = model(*_with_context(context, x_prior, t_prior), cond)[:, first:]
     x_hat = euler_step(x_prior, v2.float(), t_prior, 0.0)  # x_prior - t~ * v2
     err = (target - x_hat).pow(2)
-    loss, extra = _reduce(err, focus, focus_weight)
-    if self_rollout:
-        extra["rollout_frames"] = torch.tensor(float(rolled), device=dev)
-    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **extra, **_error_breakdown(err)}
+    loss = err.mean()
+    return loss, {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **_error_breakdown(err)}
 
 
 def _error_breakdown(err: torch.Tensor) -> dict:

@@ -92,28 +92,3 @@ def sample_frame_with_pending(model: CausalDiT, noise: torch.Tensor, schedule: S
             v = model.denoise(x, t, cond, context, conditioning[k])
         x = euler_step(x, v, ts[k], ts[k - 1])
     return x
-
-
-@torch.no_grad()
-def rollout_latents(model: CausalDiT, first: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
-                    generator: torch.Generator | None = None) -> torch.Tensor:
-    """Generate K = ``cond.shape[1] - 1`` frames after the clean frame ``first``, as the env does (no grad).
-
-    ``first`` (b, V, C, h, w) is committed with ``cond[:, 0]``; frame j (1..K) is then sampled from fresh noise
-    with ``cond[:, j]`` by :func:`sample_frame`, reading every earlier frame (a cache of K + 1 frames, so
-    nothing slides out).  The noise is drawn from ``generator`` frame by frame.  Returns (b, K, V, C, h, w).
-    Step Forcing's ``self_rollout`` trains on frames that follow these (:mod:`.objectives`).
-    """
-    if cond.ndim != 3 or cond.shape[0] != first.shape[0] or cond.shape[1] < 2:
-        raise ValueError(f"cond must be (b, K + 1, cond_dim) with K >= 1 and b = {first.shape[0]}, got "
-                         f"{tuple(cond.shape)}")
-    cfg = model.config
-    b, k = first.shape[0], cond.shape[1] - 1
-    cache = KVCache(cfg.depth, b, k + 1, 0, cfg.tokens_per_frame, cfg.num_heads, cfg.head_dim,
-                    device=first.device, dtype=first.dtype)
-    model.commit(first, cond[:, 0], model.read_cache(cache), cache)
-    frames = []
-    for j in range(1, k + 1):
-        noise = sample_noise(first.shape, generator, first.device, first.dtype)
-        frames.append(sample_frame(model, noise, schedule, cond[:, j], cache, commit=j < k))
-    return torch.stack(frames, dim=1)

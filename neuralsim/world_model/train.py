@@ -11,8 +11,6 @@ Copy-paste recipe (SimDROID data in ``data/simdroid``; ``synthetic`` is a built-
     neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid --out runs/dec --steps 3000
     neuralsim train --stage decoder --init-from runs/sf/model --decoder-layers-per-block 0 ...  # a faster decoder
     neuralsim train --stage decoder --init-from runs/sf/model --rollout-share 0.75 ...  # decode the DiT's own latents
-    neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine ...  # a new DiT shape, same autoencoder
-    neuralsim train --stage dit --autoencoder-from runs/ae/model --config fine --dit-dim 320 --dit-heads 5 ...  # wider
 
 Every stage writes into ``--out``:
 
@@ -51,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import logging
 import math
@@ -86,21 +83,8 @@ class TrainConfig:
     """Output directory (model/, checkpoint/, metrics.jsonl, samples/)."""
     init_from: str | None = None
     """A WorldModel checkpoint to start from (e.g. the autoencoder stage's or Diffusion Forcing's model/)."""
-    autoencoder_from: str | None = None
-    """``dit`` stage: take the autoencoder (and its latent statistics) from this WorldModel checkpoint and
-    start a fresh DiT of ``config``'s shape on it (:meth:`~neuralsim.world_model.model.WorldModel.with_dit`),
-    e.g. to try a wider DiT on an autoencoder that is already trained."""
     config: str = "default"
-    """Config preset used when not initialising from a checkpoint (with ``autoencoder_from``: its DiT)."""
-    dit_dim: int | None = None
-    """A fresh DiT (from ``config``, or with ``autoencoder_from``) this wide instead of the preset's."""
-    dit_depth: int | None = None
-    """A fresh DiT with this many blocks instead of the preset's."""
-    dit_heads: int | None = None
-    """A fresh DiT with this many attention heads instead of the preset's (dim / heads must be even)."""
-    dit_patch_size: int | None = None
-    """A fresh DiT whose tokens are this many latent cells on a side instead of the preset's (it must divide the
-    latent size): 2 on the default 16x16 latent gives 8x8 tokens per view, each 8x8 pixels, at about 4x the cost."""
+    """Config preset used when not initialising from a checkpoint."""
     steps: int = 1000
     """Total optimiser steps of this stage (a resumed run continues up to this number)."""
     batch_size: int = 8
@@ -143,14 +127,6 @@ class TrainConfig:
     decoder_layers_per_block: int | None = None
     """Decoder stage started from ``init_from``: rebuild the decoder with this many layers per block
     first (:meth:`~neuralsim.world_model.model.WorldModel.with_decoder_layers`; 0 = a faster decoder)."""
-    wrist_rays: bool = False
-    """DiT stage: give the DiT the per-token wrist camera rays (``DiTConfig.wrist_rays``) -- a fresh DiT is
-    built with them; an ``init_from`` model without them gains a zero-initialised ray embedding
-    (:meth:`~neuralsim.world_model.model.WorldModel.with_wrist_rays`), so training starts from its predictions."""
-    tcp_marks: bool = False
-    """DiT stage: give the DiT the exterior views' per-token gripper marks (``DiTConfig.tcp_marks``) -- a fresh DiT
-    is built with them; an ``init_from`` model without them gains a zero-initialised embedding
-    (:meth:`~neuralsim.world_model.model.WorldModel.with_tcp_marks`), so training starts from its predictions."""
     rollout_share: float = 0.0
     """Decoder stage: the share of training pairs whose latent is the model's own open-loop prediction of the
     frame (:class:`~neuralsim.world_model.rollouts.RolloutLatents`, made once per model and dataset) instead of
@@ -167,33 +143,12 @@ class TrainConfig:
     """Decoder stage with a reference head: pixels that differ from the episode's first frame weigh 1 + this in
     the loss instead of 1 (``ViewAutoencoder.decoder_loss``), so the head learns not to paint what moved where
     it stood.  0: every pixel alike."""
-    residual_channels: int = 0
-    """Autoencoder stage on an ``init_from`` model: give its latent this many residual channels
-    (:meth:`~neuralsim.world_model.model.WorldModel.with_residual_channels`) and train only the residual encoder
-    and the decoder; the base encoder, and so the latents the DiT was trained on, stay as they are.  0: train the
-    whole autoencoder."""
     gripper_conditioning: str | None = None
     """DiT stage: train the DiT on this gripper signal (``WorldModelConfig.gripper_conditioning``: ``"measured"``
     or ``"command"``), switching an ``init_from`` model's to it; None keeps the model's (a fresh model: measured)."""
     arm_conditioning: str | None = None
     """DiT stage: train the DiT on this arm pose (``WorldModelConfig.arm_conditioning``: ``"measured"`` or
     ``"replay"``), switching an ``init_from`` model's to it; None keeps the model's (a fresh model: measured)."""
-    focus_weight: float = 0.0
-    """DiT stage on SimDROID roots: the latent cells near the target cube (its start and end places and the gripper,
-    :mod:`neuralsim.world_model.focus`) weigh ``1 + focus_weight`` in the loss instead of 1.  0: every cell alike."""
-    self_rollout: int = 0
-    """DiT stage, Step Forcing objectives: each batch draws K ~ U{0..self_rollout}, rolls the model out for frames
-    1..K from the clip's first frame (no grad, as the env would) and trains frames K+1.. on that context
-    (``step_forcing_loss``): the model sees its own drifted frames in training.  0: the paper's objective."""
-    add_dit_blocks: int = 0
-    """DiT stage with ``init_from``: append this many blocks, their gates closed, to the model's DiT first
-    (:meth:`~neuralsim.world_model.model.WorldModel.with_dit_blocks`; what they hold: ``dit_block_init``); the
-    deeper DiT starts by predicting exactly what the model did.  0: keep its depth."""
-    dit_block_init: str | None = None
-    """With ``add_dit_blocks``: what the new blocks hold behind their closed gates, ``"copy"`` (the DiT's last
-    blocks' trained weights; ``WorldModel.with_dit_blocks``) or ``"fresh"`` (new AdaLN-Zero blocks).  None: copy
-    when blocks are added (fresh ones barely open; docs/fidelity_history.md, sessions 58-59), else fresh (nothing
-    added)."""
     compile: bool = False
     """Run the trained module through ``torch.compile`` (fewer, fused kernels; the first steps wait for
     the compilation).  The weights, checkpoints and EMA are the uncompiled module's, so a run can be
@@ -203,7 +158,7 @@ class TrainConfig:
 # ----------------------------------------------------------------------------- CLI
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add the ``neuralsim train`` options to ``parser``."""
-    from .config import ARM_CONDITIONINGS, DIT_BLOCK_INITS, GRIPPER_CONDITIONINGS, PRESETS
+    from .config import ARM_CONDITIONINGS, GRIPPER_CONDITIONINGS, PRESETS
     from .objectives import OBJECTIVES
 
     d = TrainConfig()
@@ -222,20 +177,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a world model directory (or hub id) to start from, e.g. the previous stage's model/")
     parser.add_argument("--config", choices=PRESETS, default=d.config,
                         help="architecture preset when not starting from --init-from (default %(default)s)")
-    parser.add_argument("--autoencoder-from", dest="autoencoder_from", default=None,
-                        help="--stage dit: keep this model's trained autoencoder and start a fresh DiT shaped as "
-                             "--config's (instead of --init-from, which keeps the model's own DiT)")
-    parser.add_argument("--dit-dim", dest="dit_dim", type=int, default=None,
-                        help="a fresh DiT (no --init-from) this wide instead of --config's, e.g. to try a wider "
-                             "DiT on --autoencoder-from's autoencoder")
-    parser.add_argument("--dit-depth", dest="dit_depth", type=int, default=None,
-                        help="a fresh DiT with this many blocks instead of --config's")
-    parser.add_argument("--dit-heads", dest="dit_heads", type=int, default=None,
-                        help="a fresh DiT with this many attention heads instead of --config's")
-    parser.add_argument("--dit-patch-size", dest="dit_patch_size", type=int, default=None,
-                        help="a fresh DiT with latent patches this many cells on a side instead of --config's "
-                             "(smaller: more, finer tokens); with --init-from, a smaller one that divides the "
-                             "model's cuts its trained DiT into finer tokens (WorldModel.with_dit_patch_size)")
     parser.add_argument("--steps", type=int, default=d.steps,
                         help="total optimiser steps of this stage; a resumed run continues up to it (default "
                              "%(default)s)")
@@ -284,13 +225,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-threads", dest="num_threads", type=int, default=None,
                         help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
-    parser.add_argument("--wrist-rays", dest="wrist_rays", action="store_true",
-                        help="--stage dit: the DiT also reads each wrist token's camera ray (a model from --init-from "
-                             "gains a zero-initialised ray embedding)")
-    parser.add_argument("--tcp-marks", dest="tcp_marks", action="store_true",
-                        help="--stage dit: each exterior-view token also reads where the gripper appears relative to "
-                             "it (SimDROID's exterior cameras; a model from --init-from gains a zero-initialised "
-                             "embedding)")
     parser.add_argument("--rollout-share", dest="rollout_share", type=float, default=d.rollout_share,
                         help="--stage decoder: this share of the training pairs decode the model's own open-loop "
                              "latents of the frame (rolled out once per model and dataset, cached under "
@@ -302,10 +236,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage decoder: train only the reference head (it refines each decoded view with the "
                              "episode's first, true view), adding a fresh one this many channels wide to a model "
                              "without one (default 0: none)")
-    parser.add_argument("--residual-channels", dest="residual_channels", type=int, default=d.residual_channels,
-                        help="--stage autoencoder with --init-from: add this many residual latent channels (a second "
-                             "encoder for what the base latent loses, e.g. small cubes) and train only them and the "
-                             "decoder; the base latents, and the DiT's use of them, are kept (default 0: none)")
     parser.add_argument("--change-weight", dest="change_weight", type=float, default=d.change_weight,
                         help="with a reference head: pixels that changed since the first frame weigh 1 + this in the "
                              "loss (default 0), so the head does not paint moved objects where they stood")
@@ -319,27 +249,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="--stage dit: the arm pose the DiT is conditioned on: 'measured' (forward kinematics of "
                              "the recorded joints, held back by contacts) or 'replay' (of the action adapter's replay "
                              "of the recorded actions, what NeuralDROID gives it); default: the --init-from model's")
-    parser.add_argument("--focus-weight", dest="focus_weight", type=float, default=d.focus_weight,
-                        help="--stage dit on SimDROID data: latent cells near the target cube (its start and end "
-                             "places and the gripper) weigh 1 + this in the loss (default 0: all alike); it lowers "
-                             "the one-step error there, not the open-loop cube's drift (docs/fidelity_history.md, "
-                             "session 55)")
-    parser.add_argument("--self-rollout", dest="self_rollout", type=int, default=d.self_rollout,
-                        help="--stage dit with a Step Forcing objective: each batch replaces frames 1..K of its "
-                             "clips, K drawn from 0..this, by the model's own rollout (no grad) and trains the frames "
-                             "after them (default 0: off; at most clip length - 2). It lowers the error after the "
-                             "model's own frames and blurs the open-loop frames; the cube stays "
-                             "(docs/fidelity_history.md, session 56)")
-    parser.add_argument("--add-dit-blocks", dest="add_dit_blocks", type=int, default=d.add_dit_blocks,
-                        help="--stage dit with --init-from: append this many blocks to the model's DiT, starting as "
-                             "the identity (their gates closed; what they hold: --dit-block-init), so training goes "
-                             "on from its predictions with more capacity (default 0). 4 copied ones on v21: +0.04 dB "
-                             "held-out over the same steps at 4 blocks (docs/fidelity_history.md, sessions 57-59)")
-    parser.add_argument("--dit-block-init", dest="dit_block_init", choices=DIT_BLOCK_INITS, default=d.dit_block_init,
-                        help="with --add-dit-blocks: new blocks start as copies of the DiT's last blocks with their "
-                             "gates closed (default) or fresh (AdaLN-Zero); either way the model first predicts what "
-                             "it did. Fresh blocks on v21 barely opened in 5,800 steps; copies opened and ended 2.5%% "
-                             "below a 4-block control's held-out loss (docs/fidelity_history.md, sessions 58-59)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the trained module (fused kernels; minutes of compilation first)")
 
@@ -400,21 +309,6 @@ def open_dataset(spec: str, clip_length: int, image_size: int, seed: int = 0):
     except ImportError as e:
         raise RuntimeError(f"cannot import neuralsim.data.reader.ClipDataset to read {spec!r}: {e}") from e
     return ClipDataset(spec, clip_length=clip_length, image_size=image_size)
-
-
-def real_droid_roots(spec: str) -> list[str]:
-    """The roots of a ``--data`` spec that hold real DROID data (``neuralsim.data.reader``'s ``droid_real`` layout)."""
-    from neuralsim.data.reader import detect_layout
-
-    roots = [r.strip() for r in spec.split(",") if r.strip() and not r.strip().startswith("synthetic")]
-    out = []
-    for root in roots:
-        try:
-            if Path(root).is_dir() and detect_layout(root) == "droid_real":
-                out.append(root)
-        except (OSError, ValueError):  # not a dataset: open_dataset says so with its own error
-            continue
-    return out
 
 
 def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "measured", arm: str = "measured"):
@@ -579,7 +473,7 @@ def train(cfg: TrainConfig) -> dict:
     """Run one training stage; returns a summary dict (final step, last metrics, paths)."""
     import torch
 
-    from .config import ARM_CONDITIONINGS, DIT_BLOCK_INITS, GRIPPER_CONDITIONINGS, preset
+    from .config import ARM_CONDITIONINGS, GRIPPER_CONDITIONINGS, preset
     from .info import count_key as recipe_count_key
     from .model import DECODER_PREFIXES, WorldModel, load_safetensors
     from .objectives import get_objective
@@ -592,17 +486,6 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.decoder_layers_per_block is not None and (cfg.stage != "decoder" or not cfg.init_from):
         raise ValueError("--decoder-layers-per-block rebuilds the decoder of an --init-from model; it needs "
                          f"--stage decoder and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    if cfg.autoencoder_from and (cfg.stage != "dit" or cfg.init_from):
-        raise ValueError("--autoencoder-from starts a fresh DiT on a trained autoencoder; it needs --stage dit and "
-                         f"no --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    dit_shape = {k: v for k, v in (("dim", cfg.dit_dim), ("depth", cfg.dit_depth), ("num_heads", cfg.dit_heads),
-                                   ("patch_size", cfg.dit_patch_size)) if v is not None}
-    if dit_shape and cfg.stage != "dit":
-        raise ValueError(f"--dit-dim/--dit-depth/--dit-heads/--dit-patch-size shape the DiT; they need --stage dit "
-                         f"(got {cfg.stage!r})")
-    if cfg.init_from and set(dit_shape) - {"patch_size"}:
-        raise ValueError("--dit-dim/--dit-depth/--dit-heads shape a fresh DiT; they need no --init-from (with "
-                         "--init-from only --dit-patch-size applies: it cuts the model's DiT into finer tokens)")
     if not 0.0 <= cfg.rollout_share <= 1.0:
         raise ValueError(f"--rollout-share must be in [0, 1], got {cfg.rollout_share}")
     if cfg.rollout_share and cfg.stage != "decoder":
@@ -618,37 +501,8 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.reference_head and (cfg.stage != "decoder" or not cfg.init_from):
         raise ValueError("--reference-head adds a head to the decoder of a trained model; it needs --stage decoder "
                          f"and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    if cfg.residual_channels < 0:
-        raise ValueError(f"--residual-channels is a number of latent channels (0: none), got {cfg.residual_channels}")
-    if cfg.residual_channels and (cfg.stage != "autoencoder" or not cfg.init_from):
-        raise ValueError("--residual-channels adds latent channels to a trained model's autoencoder; it needs --stage "
-                         f"autoencoder and --init-from (got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
     if not (math.isfinite(cfg.change_weight) and cfg.change_weight >= 0):
         raise ValueError(f"--change-weight must be >= 0, got {cfg.change_weight}")
-    if not (cfg.focus_weight >= 0 and math.isfinite(cfg.focus_weight)):
-        raise ValueError(f"--focus-weight must be a finite number >= 0, got {cfg.focus_weight}")
-    if cfg.focus_weight and cfg.stage != "dit":
-        raise ValueError(f"--focus-weight weighs the DiT's loss; it needs --stage dit (got {cfg.stage!r})")
-    if cfg.focus_weight and (cfg.data.strip().startswith("synthetic") or not cfg.latent_disk_cache):
-        raise ValueError("--focus-weight reads each episode's target poses through the latent store; it needs SimDROID "
-                         "dataset roots (not synthetic data) and the latent disk cache (no --no-latent-disk-cache)")
-    if cfg.self_rollout < 0:
-        raise ValueError(f"--self-rollout is a number of frames (0: off), got {cfg.self_rollout}")
-    if cfg.self_rollout and (cfg.stage != "dit" or not cfg.objective.startswith("step_forcing")):
-        raise ValueError("--self-rollout rolls the DiT out inside Step Forcing's loss; it needs --stage dit and a "
-                         f"step_forcing objective (got stage {cfg.stage!r}, objective {cfg.objective!r})")
-    if cfg.add_dit_blocks < 0:
-        raise ValueError(f"--add-dit-blocks is a number of DiT blocks (0: none), got {cfg.add_dit_blocks}")
-    if cfg.add_dit_blocks and (cfg.stage != "dit" or not cfg.init_from):
-        raise ValueError("--add-dit-blocks deepens the DiT of a trained model; it needs --stage dit and --init-from "
-                         f"(got stage {cfg.stage!r}, init_from {cfg.init_from!r})")
-    if cfg.dit_block_init is not None and cfg.dit_block_init not in DIT_BLOCK_INITS:
-        raise ValueError(f"--dit-block-init is one of {DIT_BLOCK_INITS}, got {cfg.dit_block_init!r}")
-    if cfg.dit_block_init == "copy" and not cfg.add_dit_blocks:
-        raise ValueError(f"--dit-block-init {cfg.dit_block_init} says how --add-dit-blocks' new blocks start; "
-                         "give --add-dit-blocks too")
-    if cfg.dit_block_init is None:  # the default: copies when blocks are added; "fresh" (nothing) otherwise
-        cfg = dataclasses.replace(cfg, dit_block_init="copy" if cfg.add_dit_blocks else "fresh")
     if cfg.change_weight and cfg.stage != "decoder":
         raise ValueError("--change-weight weighs the reference head's loss; it needs --stage decoder (got "
                          f"{cfg.stage!r})")
@@ -661,22 +515,6 @@ def train(cfg: TrainConfig) -> dict:
             raise ValueError(f"{flag} must be one of {values}, got {asked!r}")
         if asked is not None and cfg.stage != "dit":
             raise ValueError(f"{flag} changes what the DiT reads; it needs --stage dit (got {cfg.stage!r})")
-    if cfg.wrist_rays and cfg.stage != "dit":
-        raise ValueError(f"--wrist-rays adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
-    if cfg.tcp_marks and cfg.stage != "dit":
-        raise ValueError(f"--tcp-marks adds an input to the DiT; it needs --stage dit (got {cfg.stage!r})")
-    real = real_droid_roots(cfg.data)
-    if cfg.focus_weight and real:
-        raise ValueError(f"--focus-weight needs SimDROID episodes (their target cube's poses), and "
-                         f"{', '.join(real)} is real DROID data")
-    if cfg.wrist_rays and real:
-        raise ValueError(f"--wrist-rays computes the rays of SimDROID's wrist camera mount, but {real} is real DROID "
-                         "data, filmed by another camera on another mount; train without --wrist-rays")
-    if cfg.tcp_marks and real:
-        raise ValueError(f"--tcp-marks projects the gripper through SimDROID's exterior cameras, but {real} is real "
-                         "DROID data, filmed by other cameras; train without --tcp-marks")
-    if any(v < 1 for v in dit_shape.values()):
-        raise ValueError(f"DiT dim, depth, heads and patch size must be >= 1, got {dit_shape}")
     if cfg.deadline is not None and not math.isfinite(cfg.deadline):
         raise ValueError(f"deadline must be a finite Unix time, got {cfg.deadline}")
     if not math.isfinite(cfg.cool_down_secs) or cfg.cool_down_secs < 0:
@@ -706,25 +544,9 @@ def train(cfg: TrainConfig) -> dict:
         ckpt = None
 
     # --- model -------------------------------------------------------------------
-    def fresh_dit():
-        # its __post_init__ checks the shape
-        return dataclasses.replace(preset(cfg.config).dit, **dit_shape,
-                                   **({"wrist_rays": True} if cfg.wrist_rays else {}),
-                                   **({"tcp_marks": True} if cfg.tcp_marks else {}))
-
-    patch_from = None  # the patch size an --init-from DiT was cut from (with_dit_patch_size), for the recipe
     if ckpt is not None:
         model = WorldModel.from_pretrained(ckpt / "raw")
         log.info("resuming from %s", ckpt)
-        differ = {k: (getattr(model.config.dit, k), v) for k, v in dit_shape.items()
-                  if getattr(model.config.dit, k) != v}
-        if differ:
-            raise ValueError(f"{out} holds a run whose DiT differs from the one asked for ((checkpoint, asked): "
-                             f"{differ}); use another --out or --no-resume")
-        if cfg.wrist_rays and not model.config.dit.wrist_rays:
-            raise ValueError(f"{out} holds a run whose DiT has no wrist rays; use another --out or --no-resume")
-        if cfg.tcp_marks and not model.config.dit.tcp_marks:
-            raise ValueError(f"{out} holds a run whose DiT has no gripper marks; use another --out or --no-resume")
         for field_name, _, what in conditionings:
             asked, held = getattr(cfg, field_name), getattr(model.config, field_name)
             if asked is not None and asked != held:
@@ -748,48 +570,9 @@ def train(cfg: TrainConfig) -> dict:
             torch.manual_seed(cfg.seed)
             model.autoencoder.set_reference_head(cfg.reference_head)
             log.info("a fresh reference head, %d channels wide; only it trains", cfg.reference_head)
-        has = model.config.autoencoder.residual_channels
-        if cfg.residual_channels and has and has != cfg.residual_channels:
-            raise ValueError(f"{cfg.init_from} already has {has} residual latent channels; --residual-channels "
-                             f"{cfg.residual_channels} would need other ones (pass {has}, or start from a model "
-                             "without)")
-        if cfg.residual_channels and not has:
-            torch.manual_seed(cfg.seed)
-            model = model.with_residual_channels(cfg.residual_channels)
-            log.info("the latent gained %d residual channels (a fresh residual encoder; the decoder, reference head "
-                     "and DiT read them through zero-initialised weights)", cfg.residual_channels)
-        if cfg.wrist_rays and not model.config.dit.wrist_rays:
-            torch.manual_seed(cfg.seed)
-            model = model.with_wrist_rays()
-            log.info("the DiT gained a zero-initialised wrist camera ray embedding")
-        if cfg.tcp_marks and not model.config.dit.tcp_marks:
-            torch.manual_seed(cfg.seed)
-            model = model.with_tcp_marks()
-            log.info("the DiT gained a zero-initialised embedding of the exterior views' gripper marks")
-        patch = dit_shape.get("patch_size")
-        if patch is not None and patch != model.config.dit.patch_size:
-            patch_from = model.config.dit.patch_size
-            model = model.with_dit_patch_size(patch)
-            log.info("the DiT's patches went from %d to %d latent cells a side (%d tokens per frame; the trained "
-                     "transformer kept, its token weights resized)", patch_from, patch,
-                     model.config.dit.tokens_per_frame)
-        if cfg.add_dit_blocks:
-            torch.manual_seed(cfg.seed)
-            before = model.config.dit.depth
-            model = model.with_dit_blocks(cfg.add_dit_blocks, init=cfg.dit_block_init)
-            log.info("the DiT grew from %d to %d blocks (%s, their gates closed: they start as the identity)", before,
-                     model.config.dit.depth, "fresh" if cfg.dit_block_init == "fresh" else "copies of the last blocks")
-    elif cfg.autoencoder_from:
-        donor = WorldModel.from_pretrained(cfg.autoencoder_from)
-        torch.manual_seed(cfg.seed)
-        model = donor.with_dit(fresh_dit())
-        log.info("autoencoder from %s, a fresh %s DiT (%d x %d wide)", cfg.autoencoder_from, cfg.config,
-                 model.config.dit.depth, model.config.dit.dim)
     else:
         torch.manual_seed(cfg.seed)
-        wm_config = preset(cfg.config)
-        wm_config.dit = fresh_dit()
-        model = WorldModel(wm_config)
+        model = WorldModel(preset(cfg.config))
     for field_name, _, what in conditionings:
         asked, held = getattr(cfg, field_name), getattr(model.config, field_name)
         if ckpt is None and asked is not None and asked != held:
@@ -800,14 +583,8 @@ def train(cfg: TrainConfig) -> dict:
         raise ValueError("--change-weight weighs the reference head's loss, and this model has none; add one with "
                          "--reference-head W")
     wm_cfg = model.config
-    if cfg.self_rollout > wm_cfg.clip_length - 2:  # frame 0 is context, one frame must stay to train
-        raise ValueError(f"--self-rollout {cfg.self_rollout} leaves no frame to train in clips of "
-                         f"{wm_cfg.clip_length} frames; use at most {wm_cfg.clip_length - 2}")
     recipe = dict(wm_cfg.recipe)
-    ae_parts = ({"autoencoder.": model.autoencoder} if not cfg.residual_channels else  # the base encoder stays frozen
-                {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in
-                 ("autoencoder.res_encoder.", "autoencoder.vae.post_quant_conv.", "autoencoder.vae.decoder.")})
-    trainable = {"autoencoder": ae_parts,
+    trainable = {"autoencoder": {"autoencoder.": model.autoencoder},
                  "decoder": ({"autoencoder.ref_head.": model.autoencoder.ref_head} if cfg.reference_head else
                              {prefix: model.get_submodule(prefix.rstrip(".")) for prefix in DECODER_PREFIXES
                               if prefix != "autoencoder.ref_head." or model.autoencoder.ref_head is not None}),
@@ -834,9 +611,7 @@ def train(cfg: TrainConfig) -> dict:
                              f"run; refusing to resume it as {cfg.stage}/{cfg.objective} (use another --out)")
         old = trainer["train_config"]
         # options a run keeps for its whole length (their values before the option existed: the defaults)
-        for field_name, before in (("reference_head", 0), ("residual_channels", 0), ("focus_weight", 0.0),
-                                   ("self_rollout", 0), ("rollout_share", 0.0),
-                                   ("add_dit_blocks", 0), ("dit_block_init", "fresh")):
+        for field_name, before in (("reference_head", 0), ("rollout_share", 0.0)):
             held, asked = old.get(field_name, before), getattr(cfg, field_name)
             if held != asked:
                 flag = "--" + field_name.replace("_", "-")
@@ -849,12 +624,6 @@ def train(cfg: TrainConfig) -> dict:
     else:
         ema = {k: p.detach().clone() for k, p in params.items()}
 
-    if wm_cfg.dit.wrist_rays and real:
-        log.warning("this DiT takes SimDROID's wrist camera rays, and %s is real DROID data (another camera mount): "
-                    "its wrist tokens get rays that do not match their images", real)
-    if wm_cfg.dit.tcp_marks and real:
-        log.warning("this DiT marks the gripper through SimDROID's exterior cameras, and %s is real DROID data (other "
-                    "cameras): its exterior tokens get marks that do not match their images", real)
     dataset = open_dataset(cfg.data, wm_cfg.clip_length, wm_cfg.autoencoder.image_size, seed=cfg.seed)
     if len(dataset) == 0:
         raise ValueError(f"dataset {cfg.data!r} is empty")
@@ -866,14 +635,13 @@ def train(cfg: TrainConfig) -> dict:
 
             memo = ConcatLatents(dataset, [LatentStore(model.autoencoder, part, device,
                                                        progress=cfg.progress and is_main,
-                                                       gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning,
-                                                       focus=cfg.focus_weight > 0) for part in dataset.parts])
+                                                       gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning)
+                                           for part in dataset.parts])
         elif cfg.latent_disk_cache and hasattr(dataset, "windows") and hasattr(dataset, "records"):
             from .latents import LatentStore
 
             memo = LatentStore(model.autoencoder, dataset, device, progress=cfg.progress and is_main,
-                               gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning,
-                               focus=cfg.focus_weight > 0)
+                               gripper=wm_cfg.gripper_conditioning, arm=wm_cfg.arm_conditioning)
         else:
             memo = LatentMemo(model, dataset, image_size, cfg.latent_cache_clips)
 
@@ -881,18 +649,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.rollout_share:
         rollouts = rollout_latents(model, memo, dataset, cfg, progress=cfg.progress and is_main)
 
-    fit_all = not recipe.get("latent_stats_fitted")
-    fit_residual = recipe.get("residual_stats_fitted") is False  # a model just given residual channels
-    if cfg.stage == "dit" and ckpt is None and (fit_all or fit_residual):
+    if cfg.stage == "dit" and ckpt is None and not recipe.get("latent_stats_fitted"):
         z, _ = memo.get(list(range(min(len(dataset), 32))), device)
-        # otherwise only the new channels: the base channels' statistics are what the DiT was trained with
-        first = 0 if fit_all else wm_cfg.autoencoder.base_channels
-        model.set_latent_stats(z, channels=slice(first, None))
+        model.set_latent_stats(z)
         recipe["latent_stats_fitted"] = True
-        if fit_residual:
-            recipe["residual_stats_fitted"] = True
-        log.info("latent stats%s: mean %s std %s", "" if fit_all else " of the residual channels",
-                 model.latent_mean[first:].tolist(), model.latent_std[first:].tolist())
+        log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
 
     run_module = {"dit": model.dit, "autoencoder": _loss_module(model.autoencoder, "loss"),
                   "decoder": _loss_module(model.autoencoder, "decoder_loss")}[cfg.stage]
@@ -907,8 +668,6 @@ def train(cfg: TrainConfig) -> dict:
 
     if cfg.stage == "dit":
         loss_fn, loss_kwargs = get_objective(cfg.objective)
-        if cfg.self_rollout:
-            loss_kwargs = {**loss_kwargs, "self_rollout": cfg.self_rollout, "rollout_model": model.dit}
     stage_obj = cfg.objective if cfg.stage == "dit" else "reconstruction"
     budget = {"steps": cfg.steps, **({"decay_steps": cfg.decay_steps} if cfg.decay_steps else {}),
               **({"cool_down_secs": cfg.cool_down_secs} if cfg.cool_down_secs else {})}
@@ -922,19 +681,12 @@ def train(cfg: TrainConfig) -> dict:
             "data": cfg.data, "batch_size": cfg.batch_size * world, "lr": cfg.lr, **budget,
             **({"continues_from_step": prior_steps} if prior_steps else {}),
             **({"decoder_layers_per_block": model.config.autoencoder.decoder_depth} if cfg.stage == "decoder" else {}),
-            **({"wrist_rays": True} if cfg.wrist_rays else {}),
-            **({"tcp_marks": True} if cfg.tcp_marks else {}),
             **{f: getattr(cfg, f) for f, _, _ in conditionings if getattr(cfg, f)},
             **({"rollout_share": cfg.rollout_share, "rollout_seed": _rollout_seed(cfg), "rollout_window": wm_cfg.window}
                if cfg.rollout_share else {}),
             **({"reference_head": cfg.reference_head} if cfg.reference_head else {}),
-            **({"residual_channels": cfg.residual_channels} if cfg.residual_channels else {}),
             **({"change_weight": cfg.change_weight} if cfg.change_weight else {}),
-            **({"focus_weight": cfg.focus_weight} if cfg.focus_weight else {}),
-            **({"self_rollout": cfg.self_rollout} if cfg.self_rollout else {}),
-            **({"added_dit_blocks": cfg.add_dit_blocks, "dit_block_init": cfg.dit_block_init}
-               if cfg.add_dit_blocks else {}),
-            **({"dit_patch_size_from": patch_from} if patch_from is not None else {})}]
+            }]
     else:
         prior_steps = int(recipe["stages"][-1].get("continues_from_step", 0)) if recipe.get("stages") else 0
         if recipe.get("stages"):  # a resumed run may carry a new step budget: the recipe names the latest one
@@ -997,10 +749,7 @@ def train(cfg: TrainConfig) -> dict:
             else:
                 z, cond = memo.get(idx, device)
                 x = model.normalise(z)
-                focus = {"focus": memo.get_focus(idx, device),
-                         "focus_weight": cfg.focus_weight} if cfg.focus_weight else {}
-                loss, metrics = loss_fn(run_module, x, cond, wm_cfg.schedule, generator=noise_gen, **loss_kwargs,
-                                        **focus)
+                loss, metrics = loss_fn(run_module, x, cond, wm_cfg.schedule, generator=noise_gen, **loss_kwargs)
         if check_every_step:
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss {float(loss.detach())} at step {step}")

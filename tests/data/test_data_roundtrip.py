@@ -450,74 +450,8 @@ def test_concatenated_datasets_train_on_both_with_their_own_latent_caches(datase
         ConcatClipDataset([a, ClipDataset(idle, clip_length=4, image_size=16)])
 
 
-def test_focus_masks_find_the_target_cube_in_the_rendered_views(dataset):
-    """The focus geometry is the renderer's: at each episode's first frame the target cube's colour is under its
-    projected start position in both exterior views, and the mark there is set."""
-    from neuralsim.data.reader import load_episode
-    from neuralsim.envs.sim_droid import COLORS
-    from neuralsim.world_model.focus import project_exterior, record_focus
-
-    for rec in list_episodes(dataset):
-        ep = load_episode(dataset, rec, 64)
-        rgb = np.asarray(COLORS[rec["target"].removesuffix("_cube")][:3])
-        uv = project_exterior(np.asarray([rec["initial_poses"][rec["target"]][:3]]))[0]
-        mask = record_focus(rec, ep.cartesian_position, grid=16)
-        assert mask.shape == (len(ep.frames), 3, 16, 16)
-        for v in range(2):
-            col, row = ((uv[v] + 1) / 2 * 64).astype(int)
-            patch = ep.frames[0, v, row - 1:row + 2, col - 1:col + 2].reshape(-1, 3) / 255.0
-            assert np.abs(patch - rgb).max(-1).min() < 0.2, (rec["episode_index"], v)
-            assert mask[0, v, row // 4, col // 4]
-
-
-def test_latent_store_serves_focus_masks_and_the_trainer_weighs_them(dataset, tmp_path):
-    """``focus=True``: each window's masks are its episode's :func:`record_focus` rows (from the measured arm, also
-    under the replayed one); ``--focus-weight`` trains on them, logs the masked error and records the weight."""
-    import json
-
-    import torch
-
-    from neuralsim.data.reader import ConcatClipDataset, load_episode
-    from neuralsim.world_model.focus import record_focus
-    from neuralsim.world_model.latents import ConcatLatents, LatentStore
-    from neuralsim.world_model.model import WorldModel
-    from neuralsim.world_model.train import TrainConfig, train
-
-    root, ae, ds = _copy_with_tiny_autoencoder(dataset, tmp_path)
-    store = LatentStore(ae, ds, progress=False, arm="replay", focus=True)
-    idx = [len(ds) - 1, 0]
-    m = store.get_focus(idx, "cpu")
-    assert m.shape == (2, 6, 3, 1, 8, 8) and m.dtype == torch.float32  # the tiny latent is 8x8
-    for j, i in enumerate(idx):
-        pos, start = ds.windows[i]
-        ep = load_episode(root, ds.records[pos])
-        want = record_focus(ds.records[pos], ep.cartesian_position, grid=8)[start:start + 6]
-        np.testing.assert_array_equal(m[j, :, :, 0].numpy(), want)
-    assert 0 < m.mean() < 1
-    with pytest.raises(ValueError, match="without focus masks"):
-        LatentStore(ae, ds, progress=False).get_focus([0], "cpu")
-    both = ConcatLatents(ConcatClipDataset([ds, ds]), [store, store])
-    torch.testing.assert_close(both.get_focus([len(ds), 1], "cpu"), store.get_focus([0, 1], "cpu"))
-
-    out = tmp_path / "run"
-    cfg = dict(stage="dit", objective="step_forcing", data=str(root), config="tiny", steps=2, batch_size=2,
-               log_every=1, checkpoint_every=2, sample_every=-1, progress=False)
-    train(TrainConfig(out=str(out), focus_weight=5.0, **cfg))
-    lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-    assert all(ln["loss_focus"] > 0 and ln["loss_plain"] > 0 for ln in lines if "loss" in ln)
-    assert WorldModel.from_pretrained(out / "model").config.recipe["stages"][-1]["focus_weight"] == 5.0
-    with pytest.raises(ValueError, match="refusing to resume it with 0.0"):
-        train(TrainConfig(out=str(out), **{**cfg, "steps": 3}))
-    for bad, match in ((dict(focus_weight=-1.0), "must be a finite number >= 0"),
-                       (dict(focus_weight=1.0, stage="autoencoder"), "needs --stage dit"),
-                       (dict(focus_weight=1.0, data="synthetic:4"), "not synthetic data")):
-        with pytest.raises(ValueError, match=match):
-            train(TrainConfig(out=str(tmp_path / "bad"), **{**cfg, **bad}))
-
-
-def _tiny_rolling_model(seed: int = 0, residual_channels: int = 0):
-    """The tiny world model with a randomised DiT (AdaLN-Zero would make an untrained one predict zeros),
-    with ``residual_channels`` residual latent channels widened in first (so the DiT reads and writes them)."""
+def _tiny_rolling_model(seed: int = 0):
+    """The tiny world model with a randomised DiT (AdaLN-Zero would make an untrained one predict zeros)."""
     import torch
 
     from neuralsim.world_model.config import preset
@@ -525,8 +459,6 @@ def _tiny_rolling_model(seed: int = 0, residual_channels: int = 0):
 
     torch.manual_seed(seed)
     wm = WorldModel(preset("tiny")).eval()
-    if residual_channels:
-        wm = wm.with_residual_channels(residual_channels).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in wm.dit.parameters():
@@ -670,35 +602,6 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
         fi = torch.randint(6, (2, 3), generator=torch.Generator().manual_seed(5))
         want = source.get(idx, "cpu")[0][torch.arange(2)[:, None], fi].flatten(0, 1)
         assert torch.equal(z, want) and frames.shape[0] == 6
-
-
-def test_decoder_stage_learns_a_residual_models_rollouts(dataset, tmp_path):
-    """A model with residual latent channels: its rollouts carry all of them, and the decoder stage on them
-    trains the decoder alone (the residual encoder, like the base one, stays as it is)."""
-    import torch
-
-    from neuralsim.world_model.latents import LatentStore
-    from neuralsim.world_model.model import WorldModel
-    from neuralsim.world_model.rollouts import RolloutLatents
-    from neuralsim.world_model.train import train
-
-    root, base, cfg = _decoder_stage(dataset, tmp_path, rollout_share=1.0)
-    wide = _tiny_rolling_model(residual_channels=2)
-    torch.manual_seed(4)
-    with torch.no_grad():  # the decoder's zero-initialised inputs of the new channels, made to matter
-        for p in wide.autoencoder.vae.decoder.conv_in.parameters():
-            p.add_(torch.randn(p.shape) * 0.05)
-    wide.save_pretrained(base)
-    train(cfg(tmp_path / "dec", steps=2))
-    a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(tmp_path / "dec" / "model")
-    channels = a.config.autoencoder.latent_channels
-    assert a.config.autoencoder.residual_channels == 2
-    roll = RolloutLatents(a, LatentStore(a.autoencoder, ClipDataset(root, clip_length=6, image_size=16), progress=False),
-                          seed=0, progress=False)
-    assert roll.latents.shape[-3] == channels and roll.latents[:, :, -2:].float().abs().max() > 0
-    changed = {k for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()) if not torch.equal(x, y)}
-    assert changed and all(k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")) for k in changed)
-    assert any(k.startswith("autoencoder.vae.decoder.conv_in.") for k in changed)
 
 
 def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(dataset, tmp_path):

@@ -23,12 +23,9 @@ def _threads():
     yield
 
 
-def _tiny(wrist_rays: bool = False, tcp_marks: bool = False) -> WorldModel:
+def _tiny() -> WorldModel:
     torch.manual_seed(0)
-    cfg = preset("tiny")
-    cfg.dit.wrist_rays = wrist_rays
-    cfg.dit.tcp_marks = tcp_marks
-    wm = WorldModel(cfg)
+    wm = WorldModel(preset("tiny"))
     randomise(wm.dit)
     return wm.eval()
 
@@ -36,13 +33,6 @@ def _tiny(wrist_rays: bool = False, tcp_marks: bool = False) -> WorldModel:
 @pytest.fixture
 def tiny_model() -> WorldModel:
     return _tiny()
-
-
-@pytest.fixture(params=[(False, False), (True, False), (True, True)], ids=["plain", "wrist_rays", "rays_and_marks"])
-def tiny_model_any(request) -> WorldModel:
-    """The tiny model, the same with ``DiTConfig.wrist_rays``, and with both the rays and ``DiTConfig.tcp_marks``
-    (their embeddings randomised too)."""
-    return _tiny(*request.param)
 
 
 def latents(cfg, *lead: int, seed: int = 0) -> torch.Tensor:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from neuralsim.world_model.dit import featurise_condition, temporal_mask
 from neuralsim.world_model.sampler import euler_step, sample_frame
 
-from .conftest import conds, latents, randomise
+from .conftest import conds, latents
 
 
-def test_causality_changing_frame_j_never_changes_earlier_frames(tiny_model_any):
-    dit, cfg = tiny_model_any.dit, tiny_model_any.config
+def test_causality_changing_frame_j_never_changes_earlier_frames(tiny_model):
+    dit, cfg = tiny_model.dit, tiny_model.config
     T = 6
     x, c = latents(cfg, 2, T), conds(2, T)
     t = torch.rand(2, T, generator=torch.Generator().manual_seed(3))
@@ -58,8 +57,8 @@ def _recompute_frame(dit, history, hist_cond, noise, cond, schedule, window, num
 
 
 @pytest.mark.parametrize("window,num_sink", [(4, 0), (4, 1), (1, 0)])
-def test_kv_cache_equals_full_recompute_before_and_after_the_window_slides(tiny_model_any, window, num_sink):
-    wm, dit, cfg = tiny_model_any, tiny_model_any.dit, tiny_model_any.config
+def test_kv_cache_equals_full_recompute_before_and_after_the_window_slides(tiny_model, window, num_sink):
+    wm, dit, cfg = tiny_model, tiny_model.dit, tiny_model.config
     B, steps = 2, 3 * window + 2
     state = wm.new_state(B, window=window, num_sink=num_sink)
     frames = [latents(cfg, B, seed=10)]
@@ -85,10 +84,10 @@ def _views(wm, b, seed):
 
 
 @pytest.mark.parametrize("window,num_sink", [(4, 0), (4, 1), (3, 2), (1, 0)])
-def test_fused_commit_generation_equals_full_recompute(tiny_model_any, window, num_sink):
+def test_fused_commit_generation_equals_full_recompute(tiny_model, window, num_sink):
     """WorldModel.generate commits each frame inside the next frame's first pass; the frames must still
     be those of the full causal DiT over the whole history (window slides, sinks, a ring of size 0)."""
-    wm, dit, cfg = tiny_model_any, tiny_model_any.dit, tiny_model_any.config
+    wm, dit, cfg = tiny_model, tiny_model.dit, tiny_model.config
     B, steps = 2, 3 * window + 2
     state = wm.new_state(B, window=window, num_sink=num_sink)
     views, c0 = _views(wm, B, seed=9), conds(B, seed=11)
@@ -107,9 +106,9 @@ def test_fused_commit_generation_equals_full_recompute(tiny_model_any, window, n
     assert torch.equal(state.pending, frames[-1]) and torch.equal(state.pending_cond, cs[-1])
 
 
-def test_fused_commit_per_row_steps_and_resets(tiny_model_any):
+def test_fused_commit_per_row_steps_and_resets(tiny_model):
     """Rows stepped in subsets, and a row reset mid-episode, generate what they would alone."""
-    wm, cfg = tiny_model_any, tiny_model_any.config
+    wm, cfg = tiny_model, tiny_model.config
     B, W = 3, 4
     together, split = wm.new_state(B, window=W), wm.new_state(B, window=W)
     views, c0 = _views(wm, B, seed=1), conds(B, seed=2)
@@ -246,165 +245,3 @@ def test_linear_inference_path_equals_nn_linear_and_follows_weight_changes():
 
     y = lin(x.double())  # grad enabled: the plain path, which autograd can differentiate
     assert y.requires_grad
-
-
-def _gain_input(tiny_model, flag: str):
-    """``tiny_model.with_<flag>()``, checked to set ``DiTConfig.<flag>``, to refuse a second time, and to predict bit
-    for bit what ``tiny_model`` does (its new embedding's output starts at zero); returns it with the (x, t, cond)
-    it was checked on."""
-    wm = getattr(tiny_model, f"with_{flag}")()
-    assert getattr(wm.config.dit, flag) and not getattr(tiny_model.config.dit, flag)
-    with pytest.raises(ValueError, match="already"):
-        getattr(wm, f"with_{flag}")()
-    x, c = latents(wm.config, 2, 5), conds(2, 5)
-    t = torch.rand(2, 5, generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        assert torch.equal(wm.dit(x, t, c), tiny_model.dit(x, t, c))
-    return wm, x, t, c
-
-
-def test_with_wrist_rays_starts_from_the_same_predictions_then_reads_the_rays(tiny_model):
-    """A model that gains the wrist ray embedding predicts bit for bit what it did (zero-initialised output);
-    once the embedding is trained it changes the prediction with the flange pose, and it keys on the pose
-    alone: a gripper-only change moves no ray."""
-    wm, x, t, c = _gain_input(tiny_model, "wrist_rays")
-    cfg = wm.config
-    with torch.no_grad():
-        randomise(wm.dit.ray_embed, seed=9)
-        moved = c.clone()
-        moved[:, :, 0] += 0.05  # the flange (and so every wrist ray) 5 cm along x
-        base = wm.dit.conditioning(t, c)
-        assert base.wrist.shape == (2, 5, cfg.dit.tokens_per_view, cfg.dit.dim)
-        assert not torch.allclose(wm.dit.conditioning(t, moved).wrist, base.wrist)
-        assert not torch.allclose(wm.dit(x, t, moved), tiny_model.dit(x, t, moved))
-        gripper = c.clone()
-        gripper[:, :, 6] += 1.0
-        assert torch.equal(wm.dit.conditioning(t, gripper).wrist, base.wrist)
-
-
-def test_wrist_rays_reach_only_the_wrist_tokens_directly(tiny_model):
-    """With the trunk's blocks gated off (AdaLN-Zero at init), a token's output depends only on its own
-    input: the ray embedding then moves the wrist view's prediction and leaves the exterior views alone."""
-    torch.manual_seed(0)
-    cfg = tiny_model.config
-    plain = type(tiny_model)(cfg).eval()  # AdaLN-Zero init: blocks are the identity
-    wm = plain.with_wrist_rays()
-    with torch.no_grad():
-        for module in (wm.dit.final_out, wm.dit.final_ada[1]):
-            randomise(module, seed=3)
-        plain.load_state_dict({k: v for k, v in wm.state_dict().items() if not k.startswith("dit.ray_embed.")})
-        randomise(wm.dit.ray_embed, seed=9)
-        x, c, t = latents(cfg, 1, 3), conds(1, 3), torch.full((1, 3), 0.5)
-        a, b = plain.dit(x, t, c), wm.dit(x, t, c)
-    assert torch.equal(a[:, :, :-1], b[:, :, :-1])  # exterior views untouched
-    assert not torch.allclose(a[:, :, -1], b[:, :, -1])  # the wrist view (the last one) moved
-
-
-def test_a_fresh_dit_with_rays_draws_the_same_initial_weights_as_one_without(tiny_model):
-    """From the same seed, a fresh DiT with wrist rays has every weight of one without them, bit for bit, and
-    so the same initial predictions: a from-scratch A/B of the rays differs in the ray embedding alone."""
-    import dataclasses
-
-    from neuralsim.world_model.dit import CausalDiT
-
-    cfg = tiny_model.config.dit
-    torch.manual_seed(7)
-    plain = CausalDiT(cfg)
-    torch.manual_seed(7)
-    rays = CausalDiT(dataclasses.replace(cfg, wrist_rays=True))
-    own = rays.state_dict()
-    common = plain.state_dict()
-    assert set(own) - set(common) and all(k.startswith("ray_embed.") for k in set(own) - set(common))
-    for name, value in common.items():
-        assert torch.equal(own[name], value), name
-    x, c = latents(tiny_model.config, 1, 3), conds(1, 3)
-    t = torch.full((1, 3), 0.5)
-    randomise(plain.final_out, seed=3)  # a non-zero output layer, the same in both
-    rays.final_out.load_state_dict(plain.final_out.state_dict())
-    with torch.no_grad():
-        assert torch.equal(plain(x, t, c), rays(x, t, c))
-
-
-def test_tcp_marks_project_the_tool_centre_point_as_the_focus_masks_do(tiny_model):
-    """The embedding's projection of the tool centre point through the exterior cameras is focus.py's (the loss
-    masks'), in torch, and its bump peaks on the token the point falls in, in each view."""
-    from neuralsim.world_model import focus
-
-    wm = tiny_model.with_tcp_marks()
-    embed = wm.dit.tcp_embed
-    cond = torch.tensor([[0.45, 0.10, 0.30, 3.10, 0.05, 0.20, 0.0],
-                         [0.55, -0.20, 0.15, 2.90, -0.10, -0.40, 1.0]])
-    uv, depth = embed.image_points(cond)
-    want = focus.project_exterior(focus.tool_centre(cond[:, :6].double().numpy()))
-    np.testing.assert_allclose(uv.numpy(), want, atol=1e-5)
-    assert (depth > 0.3).all()
-    feats = embed.features(cond)  # (2 frames, 2 views, G*G, 8)
-    g = embed.grid
-    assert feats.shape == (2, 2, g * g, embed.FEATURES)
-    cells = ((uv + 1) / 2 * g).floor().long().clamp(0, g - 1)  # (frame, view, (column, row))
-    peak = feats[..., 2].argmax(-1)
-    torch.testing.assert_close(peak, cells[..., 1] * g + cells[..., 0], rtol=0, atol=0)
-    assert torch.equal(feats[0, ..., 3], torch.zeros(2, g * g)) and torch.equal(feats[1, ..., 3], torch.ones(2, g * g))
-
-
-def test_with_tcp_marks_starts_from_the_same_predictions_then_moves_only_the_exterior_views(tiny_model):
-    """A model that gains the gripper marks predicts bit for bit what it did (zero-initialised output).  Trained
-    (here: randomised), with the trunk's blocks gated off and the head's modulation not reading the condition, a
-    token's output depends on its own input alone: the marks then move the exterior views' prediction with the
-    hand's pose and with the gripper command, and never the wrist view's."""
-    cfg = _gain_input(tiny_model, "tcp_marks")[0].config
-    torch.manual_seed(0)
-    plain = type(tiny_model)(cfg).eval()  # AdaLN-Zero init: blocks are the identity
-    with torch.no_grad():
-        randomise(plain.dit.final_out, seed=3)
-        randomise(plain.dit.tcp_embed, seed=5)
-        plain.dit.final_ada[1].bias.normal_()  # a fixed head modulation that ignores the condition
-        c = torch.tensor([0.5, 0.0, 0.3, 3.1, 0.0, 0.0, 0.0]).expand(1, 3, 7).clone()
-        x, t = latents(cfg, 1, 3), torch.full((1, 3), 0.5)
-        base = plain.dit(x, t, c)
-        for index, delta in ((0, 0.05), (6, 1.0)):  # the hand 5 cm along x; the gripper closed
-            other = c.clone()
-            other[..., index] += delta
-            moved = plain.dit(x, t, other)
-            assert not torch.allclose(moved[:, :, :2], base[:, :, :2])  # the exterior views moved
-            assert torch.equal(moved[:, :, 2], base[:, :, 2])  # the wrist view (the last one) did not
-
-
-def test_tcp_marks_need_the_three_simdroid_views():
-    import dataclasses
-
-    from neuralsim.world_model.config import preset
-
-    with pytest.raises(ValueError, match="tcp_marks needs the three SimDROID views"):
-        dataclasses.replace(preset("tiny").dit, num_views=2, tcp_marks=True)
-
-
-def test_ablate_script_zeroes_one_input_and_keeps_every_other_weight(tiny_model, tmp_path):
-    """``scripts/ablate_dit_input.py``: the copy's chosen embedding outputs zero (so it predicts as the model would
-    without that input), every other weight is the original's, and a model without the input is refused by name."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    wm = tiny_model.with_tcp_marks().with_wrist_rays()
-    randomise(wm.dit.tcp_embed, seed=5)
-    randomise(wm.dit.ray_embed, seed=6)
-    wm.save_pretrained(tmp_path / "both")
-    tiny_model.save_pretrained(tmp_path / "plain")
-    script = [sys.executable, str(root / "scripts" / "ablate_dit_input.py")]
-    run = subprocess.run(script + [str(tmp_path / "both"), str(tmp_path / "off"), "--data", str(tmp_path / "none")],
-                         capture_output=True, text=True, cwd=root)
-    assert run.returncode == 0, run.stderr
-    off = type(wm).from_pretrained(tmp_path / "off")
-    cond = conds(3)
-    with torch.no_grad():
-        assert torch.equal(off.dit.tcp_embed(cond), torch.zeros(3, 2 * wm.config.dit.tokens_per_view,
-                                                                wm.config.dit.dim))
-        assert torch.equal(off.dit.ray_embed(cond), wm.dit.ray_embed(cond))
-    kept = {k: v for k, v in wm.state_dict().items() if not k.startswith("dit.tcp_embed.mlp.2.")}
-    assert all(torch.equal(off.state_dict()[k], v) for k, v in kept.items())
-    run = subprocess.run(script + [str(tmp_path / "plain"), str(tmp_path / "x")], capture_output=True, text=True,
-                         cwd=root)
-    assert run.returncode != 0 and "has no tcp_marks input" in run.stderr
-    assert not (tmp_path / "x").exists()

@@ -48,7 +48,6 @@ def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint, tmp_path):
     assert info["inference"]["schedule"] == list(wm.config.schedule)
     assert info["file_bytes"]["model.safetensors"] == (tiny_checkpoint / "model.safetensors").stat().st_size
     assert "format, config hash and weights hash OK" in format_checkpoint_info(info)
-    assert info["architecture"]["wrist_rays"] is False and "wrist camera rays" not in format_checkpoint_info(info)
     assert info["architecture"]["gripper_conditioning"] == "measured"
     assert info["architecture"]["arm_conditioning"] == "measured"
     wm.config.gripper_conditioning = "command"
@@ -57,28 +56,6 @@ def test_info_of_a_saved_model_matches_the_model(tiny_checkpoint, tmp_path):
     wm.config.arm_conditioning = "replay"
     wm.save_pretrained(tmp_path / "replay")
     assert "(arm: replay, gripper: command)" in format_checkpoint_info(checkpoint_info(tmp_path / "replay"))
-
-
-def test_info_names_the_wrist_ray_input_and_counts_its_weights(tiny_checkpoint, tmp_path):
-    wm = WorldModel.from_pretrained(tiny_checkpoint).with_wrist_rays()
-    wm.save_pretrained(tmp_path / "rays")
-    info, plain = checkpoint_info(tmp_path / "rays"), checkpoint_info(tiny_checkpoint)
-    assert info["architecture"]["wrist_rays"] is True
-    text = format_checkpoint_info(info)
-    assert "pose conditioning 7-d (arm: measured, gripper: measured) + wrist camera rays" in text
-    extra = sum(p.numel() for p in wm.dit.ray_embed.parameters())
-    assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
-
-
-def test_info_names_the_gripper_marks_and_counts_their_weights(tiny_checkpoint, tmp_path):
-    wm = WorldModel.from_pretrained(tiny_checkpoint).with_tcp_marks()
-    wm.save_pretrained(tmp_path / "marks")
-    info, plain = checkpoint_info(tmp_path / "marks"), checkpoint_info(tiny_checkpoint)
-    assert info["architecture"]["tcp_marks"] is True and plain["architecture"]["tcp_marks"] is False
-    assert format_checkpoint_info(info).count(" + exterior gripper marks") == 1
-    assert "gripper marks" not in format_checkpoint_info(plain)
-    extra = sum(p.numel() for p in wm.dit.tcp_embed.parameters())
-    assert info["parameters"]["DiT"] == plain["parameters"]["DiT"] + extra
 
 
 def test_info_names_a_decoder_stage_trained_on_rollouts(tiny_checkpoint, tmp_path):
@@ -93,13 +70,13 @@ def test_info_names_a_decoder_stage_trained_on_rollouts(tiny_checkpoint, tmp_pat
 
 def test_stage_options_name_what_each_stage_was_given():
     assert stage_options(_sf()) == []
-    assert stage_options(_sf(focus_weight=8.0, self_rollout=12, dit_patch_size_from=4, arm_conditioning="replay")) == \
-        ["focus weight 8", "self-rollout 12", "tokens cut from patch 4", "arm: replay"]
-    assert stage_options(_sf(added_dit_blocks=4, dit_block_init="copy", tcp_marks=True, wrist_rays=True)) == \
-        ["wrist rays added", "gripper marks added", "4 DiT blocks added (copy)"]
+    assert stage_options(_sf(arm_conditioning="replay", gripper_conditioning="command")) == \
+        ["arm: replay", "gripper: command"]
+    # an option of an older trainer that this version does not name: its key and value, as recorded
+    assert stage_options(_sf(focus_weight=8.0, self_rollout=0, cool_down_secs=900.0)) == ["focus_weight 8.0"]
     dec = {"stage": "decoder", "objective": "reconstruction", "steps": 10, "decoder_layers_per_block": 0}
-    assert stage_options({**dec, "rollout_share": 0.75, "change_weight": 10.0, "residual_channels": 4},
-                         previous_decoder_depth=0) == ["rollouts 0.75", "4 residual channels", "change weight 10"]
+    assert stage_options({**dec, "rollout_share": 0.75, "rollout_seed": 0, "head_only": True, "change_weight": 10.0},
+                         previous_decoder_depth=0) == ["rollouts 0.75", "reference head only", "change weight 10"]
     assert stage_options(dec, previous_decoder_depth=1) == ["decoder 1 -> 0 layer(s) per block"]
     assert stage_options(dec, previous_decoder_depth=None) == ["decoder 0 layer(s) per block"]
 
@@ -110,7 +87,7 @@ def test_info_tracks_the_decoder_depth_from_stage_to_stage(tiny_checkpoint, tmp_
     dec = {"stage": "decoder", "objective": "reconstruction", "steps": 10, "steps_run": 10}
     wm.config.recipe = {**wm.config.recipe, "stages": [
         {**dec, "decoder_layers_per_block": enc},              # as built: nothing to say
-        _sf(steps_run=5, dit_patch_size_from=4),               # a DiT stage leaves the decoder's depth alone
+        _sf(steps_run=5, arm_conditioning="replay"),           # a DiT stage leaves the decoder's depth alone
         {**dec, "decoder_layers_per_block": enc + 1},          # deepened
         {**dec},                                               # from before the trainer recorded the depth
         {**dec, "decoder_layers_per_block": enc + 1}]}         # the depth before it is unknown
@@ -119,7 +96,7 @@ def test_info_tracks_the_decoder_depth_from_stage_to_stage(tiny_checkpoint, tmp_
             if ln.startswith("    ") and ln.split()[0].isdigit()]
     text = {r[0]: " ".join(r[2:]) for r in rows}
     assert "layer(s)" not in text["1"]
-    assert "step_forcing + tokens cut from patch 4" in text["2"]
+    assert "step_forcing + arm: replay" in text["2"]
     assert f"reconstruction + decoder {enc} -> {enc + 1} layer(s) per block" in text["3"]
     assert "layer(s)" not in text["4"]
     assert f"reconstruction + decoder {enc + 1} layer(s) per block" in text["5"]

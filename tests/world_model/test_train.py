@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import logging
 import os
-import re
 import subprocess
 import sys
 
@@ -103,65 +100,6 @@ def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
     assert list((tmp_path / "sf" / "samples").glob("*.mp4"))
     metric_lines = (tmp_path / "ae" / "metrics.jsonl").read_text().splitlines()
     assert any("sample_psnr_per_view" in json.loads(ln) for ln in metric_lines)
-
-
-def test_autoencoder_from_trains_a_fresh_dit_on_a_kept_autoencoder(tmp_path):
-    """``--autoencoder-from``: a DiT model's autoencoder is kept bit for bit, its DiT and DiT history are not."""
-    ae, df = tmp_path / "ae", tmp_path / "df"
-    train(_cfg(ae, stage="autoencoder", steps=2))
-    train(_cfg(df, objective="diffusion_forcing", steps=3, init_from=str(ae / "model")))
-    with pytest.raises(ValueError, match="needs --stage dit and no --init-from"):
-        train(_cfg(tmp_path / "x", autoencoder_from=str(df / "model"), init_from=str(ae / "model")))
-    with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="decoder", autoencoder_from=str(df / "model")))
-    fresh = tmp_path / "fresh"
-    train(_cfg(fresh, objective="diffusion_forcing", steps=2, autoencoder_from=str(df / "model")))
-    a, b = WorldModel.from_pretrained(df / "model"), WorldModel.from_pretrained(fresh / "model")
-    sa, sb = a.state_dict(), b.state_dict()
-    kept = [k for k in sa if not k.startswith("dit.")]
-    assert all(torch.equal(sa[k], sb[k]) for k in kept)  # autoencoder and latent stats
-    assert not torch.equal(sa["dit.patch_embed.weight"], sb["dit.patch_embed.weight"])
-    assert b.config.recipe["dit_diffusion_forcing_steps"] == 2  # counted afresh, not 3 + 2
-    assert [s["stage"] for s in b.config.recipe["stages"]] == ["autoencoder", "dit"]
-    assert "continues_from_step" not in b.config.recipe["stages"][-1]
-
-
-def test_dit_shape_options_build_a_wider_fresh_dit_and_refuse_misuse(tmp_path):
-    """``--dit-dim/--dit-depth/--dit-heads/--dit-patch-size`` reshape a fresh DiT (on a kept autoencoder or from
-    scratch); they refuse a kept DiT (--init-from), a bad shape, and resuming a run of another shape."""
-    ae = tmp_path / "ae"
-    train(_cfg(ae, stage="autoencoder", steps=2))
-    wide = tmp_path / "wide"
-    train(_cfg(wide, objective="diffusion_forcing", steps=2, autoencoder_from=str(ae / "model"), dit_dim=48,
-               dit_depth=3, dit_heads=2))
-    a, b = WorldModel.from_pretrained(ae / "model"), WorldModel.from_pretrained(wide / "model")
-    assert (b.config.dit.dim, b.config.dit.depth, b.config.dit.num_heads) == (48, 3, 2)
-    assert (a.config.dit.dim, a.config.dit.depth) == (32, 2)  # tiny's
-    assert len(b.dit.blocks) == 3 and b.dit.patch_embed.weight.shape[0] == 48
-    assert all(torch.equal(x, b.state_dict()[k]) for k, x in a.state_dict().items() if k.startswith("autoencoder."))
-    scratch = tmp_path / "scratch"
-    train(_cfg(scratch, steps=1, dit_dim=64))
-    assert WorldModel.from_pretrained(scratch / "model").config.dit.dim == 64
-    train(_cfg(scratch, steps=2, dit_dim=64))  # the same command resumes
-    with pytest.raises(ValueError, match="DiT differs"):
-        train(_cfg(scratch, steps=3, dit_dim=96))
-    with pytest.raises(ValueError, match="no --init-from"):
-        train(_cfg(tmp_path / "x", init_from=str(ae / "model"), dit_dim=64))
-    with pytest.raises(ValueError, match="even integer head dim"):
-        train(_cfg(tmp_path / "y", dit_dim=30, dit_heads=2))  # head dim 15
-    fine = tmp_path / "fine_tokens"
-    train(_cfg(fine, objective="diffusion_forcing", steps=1, autoencoder_from=str(ae / "model"), dit_patch_size=2))
-    c = WorldModel.from_pretrained(fine / "model")
-    assert c.config.dit.patch_size == 2 and a.config.dit.patch_size == 4  # tiny's 8x8 latent: 4x4 tokens, not 2x2
-    assert c.config.dit.tokens_per_view == 4 * a.config.dit.tokens_per_view
-    assert c.dit.patch_embed.weight.shape[1] == c.config.dit.latent_channels * 4
-    with pytest.raises(ValueError, match="must be >= 1 and divide latent_size"):
-        train(_cfg(tmp_path / "p3", dit_patch_size=3))
-    with pytest.raises(ValueError, match="patch size must be >= 1"):
-        train(_cfg(tmp_path / "p0", dit_patch_size=0))
-    for bad in (0, -2, 3):  # the config itself refuses them too, by name, before any division by zero
-        with pytest.raises(ValueError, match=f"patch_size={bad} must be >= 1 and divide latent_size=8"):
-            dataclasses.replace(a.config.dit, patch_size=bad)
 
 
 def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
@@ -458,38 +396,3 @@ def test_fetch_clips_can_give_the_arm_replay():
         want = K.forward_kinematics(arm_trajectory(item["joint_position"][0].numpy(), item["actions"][:-1, :7].numpy()))
         np.testing.assert_allclose(replay[j, :, :6].numpy(), want, atol=1e-5)
     assert not torch.allclose(replay[..., :6], measured[..., :6], atol=1e-4)
-
-
-@pytest.mark.parametrize("flag, module, missing", [("wrist_rays", "ray_embed", "no wrist rays"),
-                                                   ("tcp_marks", "tcp_embed", "no gripper marks")])
-def test_dit_input_option_extends_an_init_from_model_and_starts_on_its_loss(tmp_path, caplog, flag, module, missing):
-    """``--wrist-rays`` / ``--tcp-marks`` with ``--init-from``: the model gains the zero-initialised embedding, so its
-    first loss equals the same run's without the option; training then moves the embedding, and the config and
-    recipe record it.  It is refused outside the DiT stage and when resuming a run without it, and, since both
-    read SimDROID's camera geometry, on real DROID data; a model that already has it is only warned about there."""
-    option = {flag: True}
-    base = tmp_path / "base"
-    train(_cfg(base, steps=2))
-    plain, extended = tmp_path / "plain", tmp_path / "extended"
-    train(_cfg(plain, steps=3, init_from=str(base / "model")))
-    train(_cfg(extended, steps=3, init_from=str(base / "model"), **option))
-    assert _losses(extended)[0] == _losses(plain)[0]
-    assert _losses(extended) != _losses(plain)
-    m = WorldModel.from_pretrained(extended / "model")
-    assert getattr(m.config.dit, flag) and m.config.recipe["stages"][-1][flag] is True
-    assert getattr(m.dit, module).mlp[2].weight.abs().max() > 0  # trained away from its zero start
-    assert not getattr(WorldModel.from_pretrained(plain / "model").config.dit, flag)
-    train(_cfg(extended, steps=4, **option))  # resumes a run that has it
-    with pytest.raises(ValueError, match=missing):
-        train(_cfg(plain, steps=4, **option))
-    with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), **option))
-    real = tmp_path / "droid_real"
-    (real / "annotation").mkdir(parents=True)
-    with pytest.raises(ValueError, match=re.escape(str(real)) + ".*real DROID data"):
-        train(_cfg(tmp_path / "y", init_from=str(base / "model"), data=f"synthetic:8,{real}", **option))
-    assert not (tmp_path / "y").exists()  # refused before anything was written
-    # a model that already has it is warned about, not refused (this sample is empty, so the run stops there)
-    with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match="has no episodes"):
-        train(_cfg(tmp_path / "z", init_from=str(extended / "model"), data=str(real)))
-    assert any("do not match their images" in r.getMessage() for r in caplog.records)
