@@ -5,7 +5,7 @@ Usage::
     python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --quick
     python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --ood-data data/simdroid_ood
     python -m benchmarks.fidelity --compare runs/df/model runs/sf/model --data data/simdroid_heldout
-    python -m benchmarks.fidelity --compare neuralsim/assets/world_model runs/fine/ae/model --autoencoder-only
+    python -m benchmarks.fidelity --compare neuralsim/assets/world_model runs/ae/model --autoencoder-only
     python -m benchmarks.fidelity --paired benchmarks/results/fidelity.json runs/candidate_fidelity.json
     python -m benchmarks.object_probe                    # (re)train the object-position probe only
 

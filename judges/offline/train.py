@@ -27,13 +27,12 @@ relative to its goal, (dx, dy), from the last frame of a whole episode (the reco
 prefix has no such label).  The second aims at what separates "touched or grasped" (level 4) from
 "done" (level 5).
 
-*Hold* episodes break a length shortcut.  The recorded episodes stop a few steps after the expert is
-done, while failures run longer, so episode length alone tells success from failure.  An episode in
-a world model runs to the horizon instead, the arm idle after the task.  A judge trained only on the
-recordings called 2 of 9 clean SimDROID successes a success at the 150-step horizon, and 9 of 9 when
-the same videos were cut where the expert finished.  With probability ``hold_prob`` a whole training
-episode is therefore extended to a random length up to ``hold_to`` frames by repeating its last
-frame (the arm holding still, as the scripted expert does once done), with its labels unchanged.
+*Hold* episodes break a length shortcut. The recorded episodes stop a few steps after the expert is done,
+while failures run longer, so episode length alone tells success from failure. An episode in a world model
+runs to the horizon instead, the arm idle after the task, and a judge trained only on the recordings calls
+most such successes failures (docs/EXPERIMENTS.md, "The offline judge"). With probability ``hold_prob`` a
+whole training episode is therefore extended to a random length up to ``hold_to`` frames by repeating its
+last frame (the arm holding still, as the scripted expert does once done), with its labels unchanged.
 """
 
 from __future__ import annotations
