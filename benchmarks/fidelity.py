@@ -78,7 +78,7 @@ QUICK_EPISODES = 4
 QUICK_OOD_EPISODES = 2
 #: ``--conditioning``: how the world model is driven along a held-out episode (:class:`Config`).
 CONDITIONINGS = ("replay", "recorded")
-#: The targets on the held-out split (docs/FIDELITY.md, "Targets") (per-view mean, 64x64 views); the OOD split has none.
+#: The targets on the held-out split (per-view mean, 64x64 views; docs/FIDELITY.md, "Targets"); the OOD split has none.
 TARGETS = {"ssim_in_horizon": 0.85, "ssim_beyond": 0.80, "psnr_in_horizon": 25.0, "share_below_5cm": 0.80}
 #: (metric, window) rows of the paired differences and of the per-group scores.
 PAIRED_ROWS = (("psnr", "in_horizon"), ("psnr", "beyond"), ("ssim", "in_horizon"), ("ssim", "beyond"))

@@ -2,7 +2,7 @@
 
 It is the data source of the world model, its ground-truth twin and the "real world" every benchmark
 correlates against.  Spaces and option names are the ones ``NeuralDROID-v0`` uses (see
-``docs/ARCHITECTURE.md``, "Robot conventions").
+``docs/ARCHITECTURE.md``, "Environments").
 
 Controller (DROID's, measured on the real sample): a normalised joint velocity ``v`` in [-1, 1] sets
 a joint target ``q + 0.2 v`` that a joint impedance controller tracks over the 1/15 s step.  Here
