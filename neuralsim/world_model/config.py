@@ -26,8 +26,9 @@ DEFAULT_SCHEDULE: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 #: Number of raw conditioning numbers per frame: flange xyz (3) + extrinsic XYZ Euler (3) + gripper (1).
 COND_DIM = 7
 
-#: Config format version written into every config.json.
-FORMAT_VERSION = 1
+#: Config format version written into every config.json.  Version 1 configs load (:meth:`WorldModelConfig.from_dict`
+#: upgrades them); version 2 dropped the retired options of :data:`RETIRED`.
+FORMAT_VERSION = 2
 
 #: Values of :attr:`WorldModelConfig.gripper_conditioning`.
 GRIPPER_CONDITIONINGS = ("measured", "command")
@@ -219,8 +220,8 @@ class WorldModelConfig:
         if self.arm_conditioning not in ARM_CONDITIONINGS:
             raise ValueError(f"arm_conditioning must be one of {ARM_CONDITIONINGS}, got {self.arm_conditioning!r}")
         if self.format_version != FORMAT_VERSION:
-            raise ValueError(f"config format_version {self.format_version} is not supported (expected "
-                             f"{FORMAT_VERSION})")
+            raise ValueError(f"format_version {self.format_version} is not this version's {FORMAT_VERSION}; read an "
+                             "older config with WorldModelConfig.from_dict, which upgrades it")
 
     @property
     def num_steps(self) -> int:
@@ -235,14 +236,32 @@ class WorldModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "WorldModelConfig":
+        """The config a ``config.json`` dict describes, of this format or of format 1.
+
+        A format-1 dict is upgraded: a key it lacks takes the value it had in format 1 (:data:`FORMAT_1_DEFAULTS`,
+        where the defaults have changed since), and each retired option (:data:`RETIRED`) is dropped if it holds its
+        "off" value; any other value of one raises a ValueError naming the option.
+        """
         d = dict(d)
+        version = d.pop("format_version", 1)
+        if version not in (1, FORMAT_VERSION):
+            raise ValueError(f"config format_version {version!r} is not supported (this version of neuralsim reads 1 "
+                             f"and {FORMAT_VERSION})")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown WorldModelConfig fields {unknown}; known fields: {sorted(known)}")
-        ae, dit = dict(d.pop("autoencoder", {})), dict(d.pop("dit", {}))
-        _drop_retired("autoencoder", ae)
-        _drop_retired("dit", dit)
+        sections = {"": d, "autoencoder": dict(d.pop("autoencoder", {})), "dit": dict(d.pop("dit", {}))}
+        if version == 1:
+            for section, values in sections.items():
+                for key, value in FORMAT_1_DEFAULTS.get(section, {}).items():
+                    values.setdefault(key, value)
+                for key, off in RETIRED.get(section, {}).items():
+                    if key in values and values.pop(key) != off:
+                        raise ValueError(f"{section}.{key}: this checkpoint uses the retired option {key!r}, which this "
+                                         f"version of neuralsim no longer has (only {key}={off!r}, off, loads); the "
+                                         "code that trained it is in git history (docs/EXPERIMENTS.md)")
+        ae, dit = sections["autoencoder"], sections["dit"]
         for name, sub, sub_cls in (("autoencoder", ae, AutoencoderConfig), ("dit", dit, DiTConfig)):
             sub_known = {f.name for f in dataclasses.fields(sub_cls)}
             bad = sorted(set(sub) - sub_known)
@@ -251,23 +270,19 @@ class WorldModelConfig:
         return cls(autoencoder=AutoencoderConfig(**ae), dit=DiTConfig(**dit), **d)
 
 
-#: Options that existed once and were retired, by config section: (key, the value that meant "off").  A config
-#: holding one at that value loads (the key is dropped); any other value is refused, naming the option.
-RETIRED = {
+#: Options of format 1 that format 2 retired, by config section: key -> the value that meant "off".  A format-1
+#: config holding one at that value loads; any other value is refused, naming the option.
+RETIRED: dict[str, dict[str, Any]] = {
     "autoencoder": {"residual_channels": 0},
     "dit": {"wrist_rays": False, "tcp_marks": False},
 }
 
-
-def _drop_retired(section: str, d: dict[str, Any]) -> None:
-    """Remove ``section``'s retired keys from ``d`` if they hold their "off" value; ValueError otherwise."""
-    for key, off in RETIRED[section].items():
-        if key in d:
-            if d[key] != off:
-                raise ValueError(f"{section}.{key}={d[key]!r}: this checkpoint uses the retired option {key!r}, which "
-                                 f"this version of neuralsim no longer has (only {off!r}, off, loads); the code that "
-                                 "ran it is in git history (docs/EXPERIMENTS.md)")
-            del d[key]
+#: Format 1's defaults where format 2's differ, by config section ("" for the top level): what a key missing from a
+#: format-1 config meant.
+FORMAT_1_DEFAULTS: dict[str, dict[str, Any]] = {
+    "": {"window": 16, "gripper_conditioning": "measured", "arm_conditioning": "measured"},
+    "autoencoder": {"decoder_layers_per_block": None, "reference_head_channels": 0},
+}
 
 
 def _make(image_size: int, blocks: tuple[int, ...], groups: int, patch: int, dim: int, depth: int, heads: int,

@@ -74,13 +74,12 @@ def test_a_checkpoint_saved_without_a_hash_still_loads(saved, tiny_model, capsys
     assert "no weights hash recorded" in capsys.readouterr().out
 
 
-def test_the_hash_covers_float16_files_and_the_shipped_model_reports_none(tiny_model, tmp_path, capsys):
+def test_the_hash_covers_float16_files_and_the_shipped_model_has_one(tiny_model, tmp_path, capsys):
     half = tiny_model.save_pretrained(tmp_path / "fp16", dtype=torch.float16)
     assert checkpoint_info(half)["weights_hash"] == "match"
     WorldModel.from_pretrained(half)
-    assert main(["model", "info"]) == 0  # the shipped checkpoint predates the hash
-    out = capsys.readouterr().out
-    assert "format and config hash OK" in out and "no weights hash recorded" in out
+    assert main(["model", "info"]) == 0
+    assert "format, config hash and weights hash OK" in capsys.readouterr().out
 
 
 def test_neuraldroid_refuses_a_checkpoint_with_nan_weights(tiny_checkpoint, tmp_path):
