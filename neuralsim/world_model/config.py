@@ -4,13 +4,14 @@ Every constructor argument of the autoencoder and the DiT lives here, so a check
 (``config.json`` + ``model.safetensors``) rebuilds exactly the module that wrote it.  Derived sizes
 (tokens per frame, head dim, latent size) are properties, never literals elsewhere.
 
-Presets (``preset(name)``):
+The defaults are the shipped model (``neuralsim/assets/world_model``): 64x64 views -> 16x16x4 latents (diffusers
+``AutoencoderKL``, channels 16/32/64, no mid attention; a decoder with one ResNet per level and a 32-wide reference
+head), DiT patch 4 -> 16 tokens per view, 48 per frame, 4 blocks x 192 wide, 4 heads (3.9 M parameters), trained on
+the gripper command and the action adapter's replay of the arm, run with a 32-frame window.  The DiT's size suits
+batch-1 inference on a CPU, where per-op overhead, i.e. depth, dominates (docs/FIDELITY.md has its throughput).
 
-* ``tiny``    -- tests: 16x16 views, 8x8x4 latents, 4 tokens/view, a 2-block 32-wide DiT.
-* ``default`` -- the shipped model's architecture: 64x64 views -> 16x16x4 latents (diffusers ``AutoencoderKL``,
-  channels 16/32/64, no mid attention), DiT patch 4 -> 16 tokens/view, 48 tokens/frame, 4 blocks x 192 wide,
-  4 heads (3.9 M DiT parameters).  Its size was chosen for speed at batch 1 on a CPU, where per-op overhead, i.e.
-  depth, dominates; docs/FIDELITY.md has the measured throughput.
+Presets (``preset(name)``): ``default`` (the defaults) and ``tiny``, the tests' model: 16x16 views, 8x8x4 latents,
+4 tokens per view, a 2-block 32-wide DiT, with the full decoder, no reference head and the recorded conditioning.
 """
 
 from __future__ import annotations
@@ -47,16 +48,16 @@ class AutoencoderConfig:
     """Channels per resolution level; ``len - 1`` downsamplings by 2."""
     layers_per_block: int = 1
     """ResNet layers per level of the encoder (diffusers' decoder has one more per level)."""
-    decoder_layers_per_block: int | None = None
-    """The decoder's own ``layers_per_block`` (None: the same as the encoder's).  0 gives one ResNet
-    per level instead of two: ~25% fewer decoder FLOPs, see :meth:`WorldModel.with_decoder_layers`."""
+    decoder_layers_per_block: int | None = 0
+    """The decoder's own ``layers_per_block`` (None: the same as the encoder's).  0 gives one ResNet per level
+    instead of two, a faster decoder; ``neuralsim model edit --decoder-layers-per-block`` rebuilds a trained one."""
     latent_channels: int = 4
     """Channels of one view's latent."""
     norm_num_groups: int = 16
     """GroupNorm groups (must divide every entry of ``block_out_channels``)."""
     kl_weight: float = 1e-6
     """Weight of the KL term when training the autoencoder."""
-    reference_head_channels: int = 0
+    reference_head_channels: int = 32
     """Width of the reference head (0: none).  The head refines each decoded view with the episode's first
     (true) view, pixel for pixel: :class:`~neuralsim.world_model.autoencoder.ReferenceHead`."""
 
@@ -162,26 +163,27 @@ class WorldModelConfig:
     """Noise levels t_1 < ... < t_S = 1 used at inference and by the discrete objectives."""
     clip_length: int = 16
     """Frames per training clip (frame 0 is the clean context)."""
-    window: int = 16
-    """Default inference window W: frames a query sees, itself included."""
+    window: int = 32
+    """Default inference window W: frames a query sees, itself included (the shipped model's is twice its
+    training clip; docs/FIDELITY.md compares windows)."""
     num_sink: int = 0
     """Default number of sink frames (the first frames of an episode, always kept)."""
     denoising_steps: int | None = None
     """Default denoising passes per generated frame at inference: 1..S of the trained levels, evenly spaced and
     ending at 1 (:func:`neuralsim.envs.neural_droid.denoising_schedule`); None: all S.  Like ``window``, an
     inference default that the env's ``denoising_steps`` argument overrides."""
-    gripper_conditioning: str = "measured"
-    """What the 7th conditioning entry was trained on: ``"measured"`` -- the recorded gripper position, which
-    an object in the fingers stops (~0.35 around a SimDROID cube) -- or ``"command"`` -- the gripper command
-    through the action adapter's lag (:func:`neuralsim.envs.adapter.gripper_trajectory`), the signal NeuralDROID
-    can give it at run time (RoboWorld conditions on the command too).  A ``measured`` model in the env reads
-    every closed grasp as an empty one (docs/fidelity_history.md, "Conditioning")."""
-    arm_conditioning: str = "measured"
-    """What the six pose entries were trained on: ``"measured"`` -- forward kinematics of the recorded joints -- or
-    ``"replay"`` -- forward kinematics of the action adapter's replay of the episode's recorded actions from its
-    first state (:func:`neuralsim.envs.adapter.arm_trajectory`), the pose NeuralDROID computes at run time.  The
+    gripper_conditioning: str = "command"
+    """What the 7th conditioning entry was trained on: ``"command"`` -- the gripper command through the action
+    adapter's lag (:func:`neuralsim.envs.adapter.gripper_trajectory`), the signal NeuralDROID gives it at run time
+    (RoboWorld conditions on the command too) -- or ``"measured"`` -- the recorded gripper position, which an object
+    in the fingers stops (~0.35 around a SimDROID cube), so that in the env a measured model reads every closed
+    grasp as an empty one."""
+    arm_conditioning: str = "replay"
+    """What the six pose entries were trained on: ``"replay"`` -- forward kinematics of the action adapter's replay
+    of the episode's recorded actions from its first state (:func:`neuralsim.envs.adapter.arm_trajectory`), the
+    pose NeuralDROID computes at run time -- or ``"measured"`` -- forward kinematics of the recorded joints.  The
     adapter knows no contacts: where the table or a pushed cube holds the real arm back, the replay runs on, and a
-    ``measured`` model driven there has never seen such a pose (docs/fidelity_history.md, "Conditioning")."""
+    measured model driven there has never seen such a pose."""
     recipe: dict[str, Any] = field(default_factory=dict)
     """Free-form record of the training that made the weights (objective, steps, data...)."""
     format_version: int = FORMAT_VERSION
@@ -258,9 +260,9 @@ class WorldModelConfig:
                     values.setdefault(key, value)
                 for key, off in RETIRED.get(section, {}).items():
                     if key in values and values.pop(key) != off:
-                        raise ValueError(f"{section}.{key}: this checkpoint uses the retired option {key!r}, which this "
-                                         f"version of neuralsim no longer has (only {key}={off!r}, off, loads); the "
-                                         "code that trained it is in git history (docs/EXPERIMENTS.md)")
+                        raise ValueError(f"{section}.{key}: this checkpoint uses the retired option {key!r}, which "
+                                         f"this version of neuralsim no longer has (only {key}={off!r}, off, loads); "
+                                         "the code that trained it is in git history (docs/EXPERIMENTS.md)")
         ae, dit = sections["autoencoder"], sections["dit"]
         for name, sub, sub_cls in (("autoencoder", ae, AutoencoderConfig), ("dit", dit, DiTConfig)):
             sub_known = {f.name for f in dataclasses.fields(sub_cls)}
@@ -285,21 +287,18 @@ FORMAT_1_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _make(image_size: int, blocks: tuple[int, ...], groups: int, patch: int, dim: int, depth: int, heads: int,
-          clip_length: int, window: int) -> WorldModelConfig:
-    ae = AutoencoderConfig(image_size=image_size, block_out_channels=blocks, norm_num_groups=groups)
-    dit = DiTConfig(latent_channels=ae.latent_channels, latent_size=ae.latent_size, patch_size=patch, dim=dim,
-                    depth=depth, num_heads=heads)
-    return WorldModelConfig(autoencoder=ae, dit=dit, clip_length=clip_length, window=window)
-
-
 PRESETS = ("tiny", "default")
 
 
 def preset(name: str) -> WorldModelConfig:
-    """A fresh config by preset name (``tiny`` or ``default``)."""
-    if name == "tiny":
-        return _make(16, (8, 8), 4, 4, 32, 2, 2, clip_length=6, window=6)
+    """A fresh config by preset name: ``default`` (the shipped model's architecture) or ``tiny`` (the tests')."""
     if name == "default":
-        return _make(64, (16, 32, 64), 16, 4, 192, 4, 4, clip_length=16, window=16)
+        return WorldModelConfig()
+    if name == "tiny":
+        ae = AutoencoderConfig(image_size=16, block_out_channels=(8, 8), norm_num_groups=4,
+                               decoder_layers_per_block=None, reference_head_channels=0)
+        dit = DiTConfig(latent_channels=ae.latent_channels, latent_size=ae.latent_size, patch_size=4, dim=32, depth=2,
+                        num_heads=2)
+        return WorldModelConfig(autoencoder=ae, dit=dit, clip_length=6, window=6, gripper_conditioning="measured",
+                                arm_conditioning="measured")
     raise ValueError(f"unknown world model config preset {name!r}; choose one of {PRESETS}")

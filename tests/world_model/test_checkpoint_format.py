@@ -131,3 +131,12 @@ def test_a_format_1_training_run_resumes(tmp_path):
 
     assert losses(old) == losses(straight)
     assert json.loads((old / "model" / "config.json").read_text())["format_version"] == FORMAT_VERSION
+
+
+def test_the_config_defaults_are_the_shipped_model():
+    """``WorldModelConfig()`` (the ``default`` preset) is the shipped model's config, its training record aside."""
+    shipped = WorldModel.from_pretrained(SHIPPED).config.to_dict()
+    default = preset("default").to_dict()
+    shipped.pop("recipe"), default.pop("recipe")
+    assert default == shipped
+    assert preset("default") == WorldModelConfig()

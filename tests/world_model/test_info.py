@@ -105,7 +105,7 @@ def test_info_tracks_the_decoder_depth_from_stage_to_stage(tiny_checkpoint, tmp_
 def test_cli_prints_the_shipped_models_recipe(capsys):
     assert main(["model", "info"]) == 0
     out = capsys.readouterr().out
-    assert "format and config hash OK" in out and "training stages" in out and "step_forcing" in out
+    assert "format, config hash and weights hash OK" in out and "training stages" in out and "step_forcing" in out
     assert main(["model", "info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     steps_sf = sum(s["steps_run"] for s in info["stages"] if s.get("objective") == "step_forcing")

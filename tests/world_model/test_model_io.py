@@ -149,13 +149,14 @@ def test_config_validation():
     cfg["gripper_conditioning"] = "closed"
     with pytest.raises(ValueError, match="gripper_conditioning must be one of"):
         WorldModelConfig.from_dict(cfg)
-    # configs written before the field (every model up to v19) were trained on the measured gripper
+    # a config without the field: today's default (format-1 configs that predate it: the measured gripper,
+    # test_checkpoint_format.py)
     del cfg["gripper_conditioning"]
-    assert WorldModelConfig.from_dict(cfg).gripper_conditioning == "measured"
+    assert WorldModelConfig.from_dict(cfg).gripper_conditioning == "command"
     cfg["arm_conditioning"] = "commanded"
     with pytest.raises(ValueError, match="arm_conditioning must be one of"):
         WorldModelConfig.from_dict(cfg)
-    del cfg["arm_conditioning"]  # every model up to v20: the measured arm
+    cfg["arm_conditioning"] = "measured"
     assert WorldModelConfig.from_dict(cfg).arm_conditioning == "measured"
     cfg["arm_conditioning"] = "replay"
     assert WorldModelConfig.from_dict(cfg).arm_conditioning == "replay"
