@@ -279,7 +279,8 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
     ep = r.episode
     ep.metadata.update(seed=plan.seed, failure=plan.failure, noise=plan.noise)
-    W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth, frames_format=params.get("frames_format", "mp4"))
+    W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth,
+                    frames_format=params.get("frames_format", "mp4"))
     info = r.info
     if distribution != "train":
         extra["distribution"] = distribution
@@ -460,7 +461,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         if perturbation != "all":
             unfit = [f for f in families if f not in PERTURBATIONS[perturbation].task_families]
             if unfit:
-                raise ValueError(f"perturbation {perturbation!r} applies to {list(PERTURBATIONS[perturbation].task_families)} "
+                families = list(PERTURBATIONS[perturbation].task_families)
+                raise ValueError(f"perturbation {perturbation!r} applies to {families} "
                                  f"only, not {unfit}; restrict the task families (--families)")
         params.update(perturbation=perturbation, severity=float(severity), failure_share=0.0,
                       settle_steps=int(max_steps))

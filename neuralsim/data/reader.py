@@ -277,7 +277,8 @@ def _decoded_views(root: Path, idx: int, image_size: int | None) -> np.ndarray:
         frames = [np.load(r, allow_pickle=False) for r in raw]
         side = frames[0].shape[1]
         if image_size is not None and any(f.shape[1:3] != (image_size, image_size) for f in frames):
-            raise DatasetError(f"episode {idx}: raw frames are {frames[0].shape[1:3]}, asked for {image_size}x{image_size} "
+            raise DatasetError(f"episode {idx}: raw frames are {frames[0].shape[1:3]}, "
+                               f"asked for {image_size}x{image_size} "
                                f"(a dataset stored as .npy is read at the size it was written, here {side})")
         n = min(len(f) for f in frames)
         return np.stack([f[:n] for f in frames], axis=1)
@@ -361,15 +362,18 @@ def _load_droid_real(root: Path, record: dict, image_size: int | None) -> Loaded
 
 
 def _read_droid_annotation(path: Path) -> dict:
-    """A real DROID annotation file, refused with a :class:`DatasetError` naming what it lacks of :data:`DROID_REAL_KEYS`."""
+    """A real DROID annotation file, refused with a :class:`DatasetError` naming what it lacks of
+    :data:`DROID_REAL_KEYS`."""
     ann = _read_json(path)
     missing = [k for k in DROID_REAL_KEYS if k not in ann]
     if missing:
         why = ""
         if "joints" in ann and "states" in ann:
-            why = (" It is Ctrl-World's video-rate layout (`joints` and `states` per video frame): the reader needs the "
+            why = (" It is Ctrl-World's video-rate layout (`joints` and `states` per video frame): "
+                   "the reader needs the "
                    "15 Hz robot state and commands, since each frame's action is the mean of the 15 Hz "
-                   "`action.joint_velocity` / `action.gripper_position` until the next frame, and this layout has none.")
+                   "`action.joint_velocity` / `action.gripper_position` until the next frame, "
+                   "and this layout has none.")
         raise DatasetError(f"{str(path)!r} lacks {missing} (has {sorted(ann)}).{why}")
     return ann
 

@@ -316,7 +316,8 @@ def test_latent_store_can_serve_the_arm_replay_instead_of_the_measured_arm(datas
         want = K.forward_kinematics(arm_trajectory(ep.joint_position[0], ep.actions[:-1, :7]))
         np.testing.assert_allclose(replay.cond[rows, :6].numpy(), want, atol=1e-5)
         # the replay starts from the measured first state
-        np.testing.assert_allclose(replay.cond[rows.start, :6].numpy(), measured.cond[rows.start, :6].numpy(), atol=1e-5)
+        np.testing.assert_allclose(replay.cond[rows.start, :6].numpy(), measured.cond[rows.start, :6].numpy(),
+                                   atol=1e-5)
     assert not torch.allclose(replay.cond[:, :3], measured.cond[:, :3], atol=1e-4)  # and then parts from it
     with pytest.raises(DatasetError, match="has no column 'no.such.column'"):
         read_simdroid_columns(root, ds.records[0], {"no.such.column": 1})
@@ -372,7 +373,8 @@ def test_npy_frames_are_lossless_and_read_like_the_videos(dataset, tmp_path):
 
 
 def test_no_skill_actors_run_to_the_horizon_and_are_labelled(tmp_path):
-    """``actor="idle"`` holds the reset pose; ``"random"`` wanders (seeded), stays near the table; both run to max_steps."""
+    """``actor="idle"`` holds the reset pose; ``"random"`` wanders (seeded), stays near the table; both run to
+    max_steps."""
     from neuralsim import kinematics as K
 
     common = dict(seed=11, families=["put_in_bowl"], max_steps=20, image_size=32, progress=False, frames_format="npy")
@@ -421,7 +423,8 @@ def test_concatenated_datasets_train_on_both_with_their_own_latent_caches(datase
     mix = open_dataset(f"{expert}, {idle}", clip_length=6, image_size=16)
     a, b = ClipDataset(expert, clip_length=6, image_size=16), ClipDataset(idle, clip_length=6, image_size=16)
     assert isinstance(mix, ConcatClipDataset) and len(mix) == len(a) + len(b)
-    assert mix.locate(len(a) - 1) == (0, len(a) - 1) and mix.locate(len(a)) == (1, 0) and mix.locate(-1) == (1, len(b) - 1)
+    assert mix.locate(len(a) - 1) == (0, len(a) - 1) and mix.locate(len(a)) == (1, 0)
+    assert mix.locate(-1) == (1, len(b) - 1)
     np.testing.assert_array_equal(mix[len(a) + 1]["frames"].numpy(), b[1]["frames"].numpy())
     with pytest.raises(IndexError, match="out of range"):
         mix.locate(len(mix))
@@ -562,7 +565,8 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
 
     root, base, cfg = _decoder_stage(dataset, tmp_path, rollout_share=1.0)
 
-    for bad, match in ((dict(rollout_share=1.5), r"\[0, 1\]"), (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
+    for bad, match in ((dict(rollout_share=1.5), r"\[0, 1\]"),
+                       (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
                        (dict(data="synthetic:4"), "needs episodes to roll out")):
         with pytest.raises(ValueError, match=match):
             train(cfg(tmp_path / "bad", **bad))
@@ -574,7 +578,8 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
     train(cfg(out))  # resumes, reusing the rolled-out latents
     a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(out / "model")
     changed = {k for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()) if not torch.equal(x, y)}
-    assert changed and all(k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")) for k in changed)
+    decoder = ("autoencoder.vae.decoder.", "autoencoder.vae.post_quant_conv.")
+    assert changed and all(k.startswith(decoder) for k in changed)
     stage = b.config.recipe["stages"][-1]
     assert stage["rollout_share"] == 1.0 and stage["rollout_window"] == a.config.window and stage["steps_run"] == 4
     assert stage["rollout_seed"] == 0
