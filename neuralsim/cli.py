@@ -7,7 +7,8 @@ Subcommands (each imports what it needs only when it runs, so ``neuralsim --help
 * ``data info``      -- what a dataset directory holds (SimDROID layout or the real DROID sample);
 * ``model info``     -- what a world-model checkpoint holds and how it was trained
   (:mod:`neuralsim.world_model.info`);
-* ``train``          -- world-model training (:mod:`neuralsim.world_model.train`).
+* ``model edit``     -- change a trained model's parts (:mod:`neuralsim.world_model.edit`);
+* ``train``          -- world-model training, a stage or a whole recipe (:mod:`neuralsim.world_model.train`).
 
 To add a subcommand, write ``_add_<name>(subparsers)`` that registers its parser with
 ``set_defaults(func=...)`` and list it in :func:`build_parser`.
@@ -30,7 +31,7 @@ examples:
   neuralsim data generate data/legible --episodes 600 --workers 2 --scene legible  # SimDROID-v1's scene
   neuralsim data info data/simdroid
   neuralsim data info ../shared/data/droid_real          # the real DROID sample reads the same way
-  neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000
+  neuralsim train --recipe neuralsim/world_model/recipes/default.yaml --out runs/default   # the shipped model
   neuralsim model info                                   # the shipped world model: size, recipe, stages
 
 Run `neuralsim <command> --help` for the options of one command.
@@ -145,9 +146,11 @@ def run_demo(cfg: DemoConfig) -> dict:
 
 # ----------------------------------------------------------------------------- model
 def _add_model(sub) -> None:
-    p = sub.add_parser("model", help="inspect world-model checkpoints", description="Inspect world-model checkpoints.",
+    p = sub.add_parser("model", help="inspect or edit world-model checkpoints",
+                       description="Inspect or edit world-model checkpoints.",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="examples:\n  neuralsim model info\n  neuralsim model info runs/sf/model --json")
+                       epilog="examples:\n  neuralsim model info\n  neuralsim model info runs/sf/model --json\n"
+                              "  neuralsim model edit runs/sf/model --out runs/sf_head --reference-head 32")
     msub = p.add_subparsers(dest="model_command", metavar="MODEL_COMMAND", required=True)
     i = msub.add_parser(
         "info", help="summarise a checkpoint: size, architecture, integrity, training recipe",
@@ -161,6 +164,17 @@ def _add_model(sub) -> None:
                    help="checkpoint directory or Hugging Face hub id (default: the shipped model)")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
     i.set_defaults(func=_run_model_info)
+    from .world_model.arguments import add_arguments
+    from .world_model.edit import EditConfig
+
+    e = msub.add_parser(
+        "edit", help="change a trained model's parts and write it as a new checkpoint",
+        description="Change a trained world model's parts -- its decoder's depth or the decoder itself, its "
+                    "reference head, the conditioning its DiT trains on, its inference defaults -- keeping every "
+                    "other weight bit for bit, and write the result as a new checkpoint. The edits are recorded "
+                    "in its recipe.")
+    add_arguments(e, EditConfig)
+    e.set_defaults(func=_run_model_edit)
 
 
 def _run_model_info(args: argparse.Namespace) -> int:
@@ -171,6 +185,16 @@ def _run_model_info(args: argparse.Namespace) -> int:
     info = checkpoint_info(args.checkpoint)
     print(json.dumps(info, indent=2) if args.json else format_checkpoint_info(info))
     return 0 if checkpoint_is_loadable(info) else 1
+
+
+def _run_model_edit(args: argparse.Namespace) -> int:
+    from .world_model.arguments import given
+    from .world_model.edit import EditConfig, edit_model
+
+    cfg = EditConfig(**given(args, EditConfig))
+    edit_model(cfg)
+    print(f"wrote {cfg.out}")
+    return 0
 
 
 # ----------------------------------------------------------------------------- data
@@ -287,17 +311,20 @@ def dataset_info(root: str) -> str:
 
 # ----------------------------------------------------------------------------- train
 def _add_train(sub, full: bool = True) -> None:
-    p = sub.add_parser("train", help="train the world model (autoencoder, then DiT)",
+    p = sub.add_parser("train", help="train the world model: a recipe, or one stage",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                       description="Train the world model in stages; re-running the same command resumes.",
+                       description="Train the world model: a recipe's stages in order, or one stage. Re-running the "
+                                   "same command resumes (docs/TRAINING.md).",
                        epilog="examples:\n"
+                              "  neuralsim train --recipe neuralsim/world_model/recipes/default.yaml "
+                              "--out runs/default   # the shipped model\n"
+                              "  neuralsim train --recipe neuralsim/world_model/recipes/default.yaml "
+                              "--out runs/default --device cuda\n"
                               "  neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000\n"
-                              "  neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model "
-                              "--data data/simdroid --out runs/df --steps 8000\n"
-                              "  neuralsim train --stage decoder --init-from runs/sf/model --data data/simdroid "
-                              "--out runs/dec --steps 3000   # decoder only, latents unchanged\n"
-                              "  neuralsim train --stage dit --data synthetic:64 --out runs/smoke --steps 20   "
-                              "# no dataset needed")
+                              "  neuralsim train --stage dit --objective step_forcing --init-from runs/ae/model "
+                              "--data data/simdroid --out runs/sf --steps 8000\n"
+                              "  neuralsim train --stage dit --config tiny --data synthetic:64 --out runs/smoke "
+                              "--steps 20   # no dataset needed")
     if not full:  # `neuralsim --help` etc.: do not import torch for options nobody asked for
         p.set_defaults(func=_run_train)
         return

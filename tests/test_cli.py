@@ -46,3 +46,42 @@ def test_demo_writes_a_video(tmp_path, capsys):
 def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
     assert main(["data", "info", str(tmp_path / "nope")]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_train_help_is_generated_from_the_config_docstrings(capsys):
+    """Every ``neuralsim train`` option is a TrainConfig field (or --recipe), documented once: its help is the
+    field's docstring; there are at most 30 of them."""
+    import dataclasses
+    import re
+
+    from neuralsim.world_model.arguments import field_docs, help_text
+    from neuralsim.world_model.train import TrainConfig
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    options = re.findall(r"^  (-[-\w]+)", out, flags=re.M)
+    assert len(options) <= 30 and "--recipe" in options and "--help" not in options  # "-h, --help"
+    docs = field_docs(TrainConfig)
+    flat = " ".join(out.split())
+    for f in dataclasses.fields(TrainConfig):
+        if f.metadata.get("cli", True):
+            assert "--" + f.name.replace("_", "-") in options, f.name
+            assert " ".join(help_text(docs[f.name]).replace("%%", "%").split()) in flat, f.name
+    assert "--weight-decay" not in options  # a recipe-file option
+
+
+def test_model_edit_writes_an_edited_copy(tiny_checkpoint, tmp_path, capsys):
+    from neuralsim.world_model.model import WorldModel
+
+    out = tmp_path / "edited"
+    assert main(["model", "edit", str(tiny_checkpoint), "--out", str(out), "--reference-head", "8", "--window", "4",
+                 "--arm-conditioning", "replay", "--float16"]) == 0
+    assert str(out) in capsys.readouterr().out
+    a, b = WorldModel.from_pretrained(tiny_checkpoint), WorldModel.from_pretrained(out)
+    assert (b.config.window, b.config.arm_conditioning) == (4, "replay")
+    assert b.config.autoencoder.reference_head_channels == 8
+    assert b.config.recipe["edits"] == [{"reference_head": 8, "arm_conditioning": "replay", "window": 4}]
+    for k, t in a.state_dict().items():  # everything else kept (to float16 rounding)
+        assert t.shape == b.state_dict()[k].shape and (t.half().float() == b.state_dict()[k]).all(), k
+    assert main(["model", "edit", str(tiny_checkpoint), "--out", str(out), "--window", "0"]) == 1  # a bad value

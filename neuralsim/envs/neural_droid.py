@@ -41,14 +41,9 @@ DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "assets" / "world_
 DEFAULT_REWARD_FN: str | None = "roboworld:offline"
 #: How to get a checkpoint, quoted by the error raised when there is none.
 TRAIN_HINT = (
-    "Train one (see neuralsim/world_model/train.py):\n"
-    "  neuralsim data generate data/simdroid --episodes 600\n"
-    "  neuralsim train --stage autoencoder --data data/simdroid --out runs/ae\n"
-    "  neuralsim train --stage dit --objective diffusion_forcing --init-from runs/ae/model"
-    " --data data/simdroid --out runs/df\n"
-    "  neuralsim train --stage dit --objective step_forcing --init-from runs/df/model"
-    " --data data/simdroid --out runs/sf\n"
-    "then copy runs/sf/model/* to {default} or pass checkpoint='runs/sf/model'."
+    "Train one with the shipped model's recipe (docs/TRAINING.md; it makes its data and resumes when re-run):\n"
+    "  neuralsim train --recipe neuralsim/world_model/recipes/default.yaml --out runs/default\n"
+    "then copy runs/default/final/* to {default} or pass checkpoint='runs/default/final'."
 )
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -5,9 +5,12 @@ Importing this package is light (no torch); the names below load their modules o
     from neuralsim.world_model import WorldModel
     wm = WorldModel.from_pretrained("runs/sf/model")
 
-Modules: ``config`` (dataclasses, presets), ``autoencoder``, ``dit``, ``kv_cache``, ``sampler``
-(the rectified-flow update), ``objectives`` (Diffusion Forcing, Step Forcing + ablations), ``model``
-(:class:`WorldModel`, checkpoints), ``train`` (``neuralsim train``), ``synthetic`` (a toy clip source).
+Modules: ``config`` (dataclasses, presets; the defaults are the shipped model), ``autoencoder``, ``dit``,
+``kv_cache``, ``sampler`` (the rectified-flow update), ``model`` (:class:`WorldModel`, checkpoints), ``info``
+(``neuralsim model info``), ``edit`` (``neuralsim model edit``); training: ``objectives`` (Diffusion Forcing, Step
+Forcing and its ablations), ``latents`` and ``rollouts`` (stored latents), ``batches``, ``loop``, ``checkpoint``,
+``train`` (``neuralsim train``), ``recipe`` and ``recipes/`` (``neuralsim train --recipe``), ``arguments`` (options
+from config docstrings), ``synthetic`` (a toy clip source).
 """
 
 from __future__ import annotations

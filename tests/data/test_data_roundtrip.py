@@ -566,14 +566,14 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
     root, base, cfg = _decoder_stage(dataset, tmp_path, rollout_share=1.0)
 
     for bad, match in ((dict(rollout_share=1.5), r"\[0, 1\]"),
-                       (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
+                       (dict(stage="dit", objective="step_forcing"), "option of the decoder stage"),
                        (dict(data="synthetic:4"), "needs episodes to roll out")):
         with pytest.raises(ValueError, match=match):
             train(cfg(tmp_path / "bad", **bad))
     out = tmp_path / "dec"
     train(cfg(out, steps=2))
     assert list((root / ROLLOUT_CACHE_DIR).glob("*/episode_*.npz"))
-    with pytest.raises(ValueError, match="rollout-share 1.0"):
+    with pytest.raises(ValueError, match="rollout_share 1.0; refusing to resume it with 0.5"):
         train(cfg(out, rollout_share=0.5))
     train(cfg(out))  # resumes, reusing the rolled-out latents
     a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(out / "model")
@@ -584,18 +584,13 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
     assert stage["rollout_share"] == 1.0 and stage["rollout_window"] == a.config.window and stage["steps_run"] == 4
     assert stage["rollout_seed"] == 0
 
-    # --rollout-seed: another training seed reuses the seed-0 rollouts; misuse and a resume with another are refused
-    for bad, match in ((dict(rollout_share=0.0, rollout_seed=0), "needs a share > 0"), (dict(rollout_seed=-1), ">= 0")):
-        with pytest.raises(ValueError, match=match):
-            train(cfg(tmp_path / "bad", **bad))
+    # the rollouts follow the run's seed: another seed rolls out anew, a resume with another is refused
     cached = sorted((root / ROLLOUT_CACHE_DIR).iterdir())
-    train(cfg(tmp_path / "seed7", seed=7, rollout_seed=0, steps=2))
-    assert sorted((root / ROLLOUT_CACHE_DIR).iterdir()) == cached
-    assert WorldModel.from_pretrained(tmp_path / "seed7" / "model").config.recipe["stages"][-1]["rollout_seed"] == 0
-    with pytest.raises(ValueError, match="rollouts used seed 0"):
-        train(cfg(tmp_path / "seed7", seed=7, rollout_seed=3))
-    with pytest.raises(ValueError, match="rollouts used seed 0"):
-        train(cfg(tmp_path / "seed7", seed=7))  # the default follows --seed, 7
+    train(cfg(tmp_path / "seed7", seed=7, steps=2))
+    assert len(sorted((root / ROLLOUT_CACHE_DIR).iterdir())) == len(cached) + 1
+    assert WorldModel.from_pretrained(tmp_path / "seed7" / "model").config.recipe["stages"][-1]["rollout_seed"] == 7
+    with pytest.raises(ValueError, match="rollouts used seed 7"):
+        train(cfg(tmp_path / "seed7", seed=3))
 
     # the pairs: with share 1 every latent is the rollout's latent of the frame beside it, with share 0 the store's
     ds = ClipDataset(root, clip_length=6, image_size=16)
@@ -610,46 +605,45 @@ def test_decoder_stage_learns_from_the_models_rollouts(dataset, tmp_path):
 
 
 def test_decoder_stage_trains_a_reference_head_on_each_episodes_first_frame(dataset, tmp_path):
-    """``--reference-head W``: a fresh head joins the model and only it trains, each pair carrying its
-    episode's first frame; the recipe and config say so; misuse and a resume with another width are refused."""
+    """``neuralsim model edit --reference-head W`` then ``--head-only``: only the fresh head trains, each pair
+    carrying its episode's first frame; the recipe says so; misuse and a resume without ``head_only`` are refused."""
     import torch
 
+    from neuralsim.world_model.edit import EditConfig, edit_model
     from neuralsim.world_model.model import WorldModel
     from neuralsim.world_model.train import decoder_references, train
 
-    root, base, cfg = _decoder_stage(dataset, tmp_path, reference_head=8)
-
-    for bad, match in ((dict(reference_head=-1), "width in channels"), (dict(init_from=None), "needs --stage decoder"),
-                       (dict(stage="dit", objective="step_forcing"), "needs --stage decoder"),
-                       (dict(data="synthetic:4"), "trains on episodes"), (dict(change_weight=-1.0), "must be >= 0"),
-                       (dict(reference_head=0, change_weight=5.0), "has none"),
-                       (dict(stage="dit", objective="step_forcing", reference_head=0, change_weight=5.0),
-                        "needs --stage decoder")):
+    root, base, cfg = _decoder_stage(dataset, tmp_path)
+    for bad, match in ((dict(head_only=True), "needs a model with a reference head"),
+                       (dict(change_weight=5.0), "needs a model with a reference head"),
+                       (dict(change_weight=-1.0), "must be >= 0"), (dict(init_from=None), "give init_from"),
+                       (dict(stage="dit", objective="step_forcing", head_only=True), "option of the decoder stage")):
         with pytest.raises(ValueError, match=match):
             train(cfg(tmp_path / "bad", **bad))
+    headed = tmp_path / "headed"
+    edit_model(EditConfig(checkpoint=str(base), out=str(headed), reference_head=8))
+    with pytest.raises(ValueError, match="trains on episodes"):
+        train(cfg(tmp_path / "bad", init_from=str(headed), head_only=True, data="synthetic:4"))
     out = tmp_path / "dec"
-    train(cfg(out, steps=2, change_weight=4.0))
-    with pytest.raises(ValueError, match="reference-head 8"):
-        train(cfg(out, reference_head=16))
-    train(cfg(out, change_weight=4.0))  # resumes
-    a, b = WorldModel.from_pretrained(base), WorldModel.from_pretrained(out / "model")
-    assert b.config.autoencoder.reference_head_channels == 8 and b.config.recipe["stages"][-1]["reference_head"] == 8
+    train(cfg(out, steps=2, init_from=str(headed), head_only=True, change_weight=4.0))
+    with pytest.raises(ValueError, match="head_only True; refusing to resume it with False"):
+        train(cfg(out, init_from=str(headed), change_weight=4.0))
+    train(cfg(out, init_from=str(headed), head_only=True, change_weight=4.0))  # resumes
+    a, b = WorldModel.from_pretrained(headed), WorldModel.from_pretrained(out / "model")
+    assert b.config.autoencoder.reference_head_channels == 8 and b.config.recipe["stages"][-1]["head_only"]
     assert b.config.recipe["stages"][-1]["change_weight"] == 4.0
-    shared = a.state_dict()
-    assert all(torch.equal(t, shared[k]) for k, t in b.state_dict().items() if k in shared)  # decoder frozen too
-    fresh = WorldModel.from_pretrained(base)
-    torch.manual_seed(0)
-    fresh.autoencoder.set_reference_head(8)
-    head = {k: t for k, t in b.state_dict().items() if k.startswith("autoencoder.ref_head.")}
-    assert head and any(not torch.equal(t, fresh.state_dict()[k]) for k, t in head.items())
+    assert b.config.recipe["edits"] == [{"reference_head": 8}]
+    shared, trained = a.state_dict(), b.state_dict()
+    moved = {k for k in trained if not torch.equal(trained[k], shared[k])}
+    assert moved and all(k.startswith("autoencoder.ref_head.") for k in moved)  # the decoder frozen
 
-    # a model that has a head: --reference-head of its width trains that head on, another width is refused
-    with pytest.raises(ValueError, match="already has a reference head 8 wide"):
-        train(cfg(tmp_path / "other", init_from=str(out / "model"), reference_head=16))
-    more = tmp_path / "more"
-    train(cfg(more, init_from=str(out / "model"), steps=1, lr=1e-12, warmup=1))
-    c = WorldModel.from_pretrained(more / "model")
-    assert all(torch.allclose(t, c.state_dict()[k], atol=1e-6) for k, t in head.items())  # started from b's head
+    # without head_only the decoder and the head train together
+    both = tmp_path / "both"
+    train(cfg(both, init_from=str(out / "model"), steps=2))
+    c = WorldModel.from_pretrained(both / "model").state_dict()
+    moved = {k for k in c if not torch.equal(c[k], trained[k])}
+    assert any(k.startswith("autoencoder.ref_head.") for k in moved)
+    assert any(k.startswith("autoencoder.vae.decoder.") for k in moved)
 
     # the references: each pair's episode's frame 0 (clip-major), and its latents as the env's reset encodes them
     ds = ClipDataset(root, clip_length=6, image_size=16)

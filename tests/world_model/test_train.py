@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from neuralsim.world_model import loop
 from neuralsim.world_model import train as train_mod
 from neuralsim.world_model.model import WorldModel
 from neuralsim.world_model.train import TrainConfig, train
@@ -102,11 +103,11 @@ def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
     assert any("sample_psnr_per_view" in json.loads(ln) for ln in metric_lines)
 
 
-def test_max_minutes_stops_cleanly_with_a_checkpoint(tmp_path):
-    summary = train(_cfg(tmp_path / "t", steps=50, max_minutes=0.0, objective="diffusion_forcing"))
-    assert summary["stopped_early"] and summary["step"] == 1
+def test_a_deadline_as_a_duration_stops_cleanly_with_a_checkpoint(tmp_path):
+    summary = train(_cfg(tmp_path / "t", steps=10**6, deadline="3s", objective="diffusion_forcing"))
+    assert summary["stopped_early"] and 1 <= summary["step"] < 10**6
     trainer = json.loads((tmp_path / "t" / "checkpoint" / "trainer.json").read_text())
-    assert trainer["step"] == 1
+    assert trainer["step"] == summary["step"]
 
 
 def test_deadline_stops_before_it_and_cools_the_learning_rate_down(tmp_path, capfd):
@@ -154,7 +155,7 @@ def test_a_deadline_already_past_runs_no_step_and_bad_values_are_refused(tmp_pat
     a, b = WorldModel.from_pretrained(first / "model"), WorldModel.from_pretrained(late / "model")
     assert all(torch.equal(x, b.state_dict()[k]) for k, x in a.state_dict().items())  # nothing trained
     assert b.config.recipe["stages"][-1]["steps_run"] == 0 and b.config.recipe["dit_step_forcing_steps"] == 2
-    with pytest.raises(ValueError, match="give a --deadline"):
+    with pytest.raises(ValueError, match="give a deadline"):
         train(_cfg(tmp_path / "x", cool_down_secs=10.0))
     with pytest.raises(ValueError, match="cool_down_secs must be >= 0"):
         train(_cfg(tmp_path / "x", cool_down_secs=-1.0, deadline=time.time() + 60))
@@ -165,8 +166,10 @@ def test_a_deadline_already_past_runs_no_step_and_bad_values_are_refused(tmp_pat
     assert learning_rate(cfg, 50, now=1200.0) == 0.0
     assert parse_deadline("1700000000") == 1700000000.0
     assert parse_deadline("2023-11-14T22:13:20+00:00") == 1700000000.0
-    for bad in ("tomorrow", "nan"):
-        with pytest.raises(argparse.ArgumentTypeError, match="--deadline"):
+    assert time.time() + 5399 < parse_deadline("90m") <= time.time() + 5400
+    assert parse_deadline(" 2.5h ") == pytest.approx(time.time() + 9000, abs=5)
+    for bad in ("tomorrow", "nan", "5 minutes"):
+        with pytest.raises(argparse.ArgumentTypeError, match="deadline"):
             parse_deadline(bad)
 
 
@@ -212,29 +215,34 @@ def test_learning_rate_warmup_stable_decay():
         train(TrainConfig(decay_steps=-1, data="synthetic:4", progress=False))
 
 
-def test_decoder_stage_can_rebuild_a_shallower_decoder(tmp_path):
-    """``--decoder-layers-per-block 0``: the decoder is pruned before training and the depth is recorded."""
+def test_model_edit_prunes_the_decoder_and_a_decoder_stage_trains_it(tmp_path, capsys):
+    """``neuralsim model edit --decoder-layers-per-block 0`` then ``--stage decoder``: the decoder is pruned, the
+    rest kept bit for bit, and the stage records the depth it trained."""
+    from neuralsim.cli import main
+
     base = tmp_path / "ae"
     train(_cfg(base, stage="autoencoder", steps=2))
-    with pytest.raises(ValueError, match="needs --stage decoder and --init-from"):
-        train(_cfg(tmp_path / "x", stage="dit", init_from=str(base / "model"), decoder_layers_per_block=0))
+    pruned = tmp_path / "pruned"
+    assert main(["model", "edit", str(base / "model"), "--out", str(pruned), "--decoder-layers-per-block", "0"]) == 0
     dec = tmp_path / "dec"
-    train(_cfg(dec, stage="decoder", steps=4, init_from=str(base / "model"), decoder_layers_per_block=0, lr=3e-3,
-               warmup=1, checkpoint_every=2))
-    summary = train(_cfg(dec, stage="decoder", steps=6, init_from=str(base / "model"), decoder_layers_per_block=0,
-                         lr=3e-3, warmup=1, checkpoint_every=2))  # resumes the pruned run
+    train(_cfg(dec, stage="decoder", steps=4, init_from=str(pruned), lr=3e-3, warmup=1, checkpoint_every=2))
+    summary = train(_cfg(dec, stage="decoder", steps=6, init_from=str(pruned), lr=3e-3, warmup=1,
+                         checkpoint_every=2))  # resumes the pruned run
     assert summary["step"] == 6
     a, b = WorldModel.from_pretrained(base / "model"), WorldModel.from_pretrained(dec / "model")
     assert b.config.autoencoder.decoder_depth == 0 and a.config.autoencoder.decoder_depth == 1
     assert b.config.recipe["stages"][-1]["decoder_layers_per_block"] == 0
+    assert b.config.recipe["edits"] == [{"decoder_layers_per_block": 0}]
     assert sum(p.numel() for p in b.parameters()) < sum(p.numel() for p in a.parameters())
     shared = [k for k in b.state_dict() if not k.startswith(("autoencoder.vae.decoder.", "autoencoder.vae.post_quant"))]
     assert shared and all(torch.equal(b.state_dict()[k], a.state_dict()[k]) for k in shared)
+    with pytest.raises(ValueError, match="decoder stage trains the decoder of a trained model"):
+        train(_cfg(tmp_path / "x", stage="decoder"))
 
 
 def test_torchrun_ddp_averages_gradients_over_ranks_and_stops_together(tmp_path):
     """Two CPU processes under ``torchrun`` (gloo): rank 0 sees the same first batch as a single-process run, the
-    averaged gradients then move the weights elsewhere, the recipe records the global batch, and ``--max-minutes``
+    averaged gradients then move the weights elsewhere, the recipe records the global batch, and ``--deadline``
     stops every rank at the same step (a rank left behind would hang in the next all-reduce)."""
     single = tmp_path / "single"
     train(_cfg(single, steps=3, num_threads=1))
@@ -261,7 +269,7 @@ def test_torchrun_ddp_averages_gradients_over_ranks_and_stops_together(tmp_path)
     assert moved  # rank 1's gradients took part in the update
 
     timed = tmp_path / "timed"
-    torchrun(timed, "--steps", "100000", "--max-minutes", "0.0001")
+    torchrun(timed, "--steps", "100000", "--deadline", "20s")
     trainer = json.loads((timed / "checkpoint" / "trainer.json").read_text())
     assert 1 <= trainer["step"] < 100000
     assert _losses(timed)[-1][0] == trainer["step"]
@@ -296,7 +304,7 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
         return loss_fn, kw
 
     monkeypatch.setattr(objectives, "get_objective", poisoned)
-    monkeypatch.setattr(train_mod, "_checks_every_step", lambda device: every_step)
+    monkeypatch.setattr(loop, "checks_every_step", lambda device: every_step)
     out = tmp_path / "run"
     with pytest.raises(FloatingPointError, match="non-finite loss.* at step 4"):
         train(_cfg(out, steps=9, log_every=3, checkpoint_every=3))
@@ -330,19 +338,22 @@ def _spy_on_conditioning(monkeypatch) -> list:
 
 @pytest.mark.parametrize("option, value, changed", [("gripper_conditioning", "command", slice(6, 7)),
                                                     ("arm_conditioning", "replay", slice(0, 6))])
-def test_conditioning_option_switches_an_init_from_model(tmp_path, monkeypatch, option, value, changed):
-    """``--gripper-conditioning command`` / ``--arm-conditioning replay`` on an ``--init-from`` model: the config and
-    recipe record the switch, the objective gets the same clips with only the gripper (the command through the
-    adapter's lag) or only the pose entries (the adapter's replay) changed, a resume keeps it, and a resume asking
-    for the other signal, or another stage asking for one, is refused."""
+def test_model_edit_switches_the_conditioning_the_dit_stage_trains_on(tmp_path, monkeypatch, option, value, changed):
+    """``neuralsim model edit --gripper-conditioning command`` / ``--arm-conditioning replay``: the config and recipe
+    record the switch, and the DiT stage's objective gets the same clips with only the gripper (the command through
+    the adapter's lag) or only the pose entries (the adapter's replay) changed; a resume keeps it."""
+    from neuralsim.world_model.edit import EditConfig, edit_model
+
     base = tmp_path / "base"
     train(_cfg(base, steps=2))
     assert getattr(WorldModel.from_pretrained(base / "model").config, option) == "measured"
+    edited = tmp_path / "edited"
+    edit_model(EditConfig(checkpoint=str(base / "model"), out=str(edited), **{option: value}))
     seen = _spy_on_conditioning(monkeypatch)
     plain, switched = tmp_path / "plain", tmp_path / "switched"
     train(_cfg(plain, steps=3, init_from=str(base / "model")))
     n = len(seen)
-    train(_cfg(switched, steps=3, init_from=str(base / "model"), **{option: value}))
+    train(_cfg(switched, steps=3, init_from=str(edited)))
     assert len(seen) == 2 * n
     kept = torch.ones(7, dtype=torch.bool)
     kept[changed] = False
@@ -351,14 +362,9 @@ def test_conditioning_option_switches_an_init_from_model(tmp_path, monkeypatch, 
     assert any(not torch.allclose(a[..., changed], b[..., changed]) for a, b in zip(seen[:n], seen[n:]))
     monkeypatch.undo()
     m = WorldModel.from_pretrained(switched / "model")
-    assert getattr(m.config, option) == value
-    assert m.config.recipe["stages"][-1][option] == value
-    train(_cfg(switched, steps=4))  # a resume without the option keeps the run's signal
+    assert getattr(m.config, option) == value and m.config.recipe["edits"] == [{option: value}]
+    train(_cfg(switched, steps=4, init_from=str(edited)))  # a resume keeps the run's signal
     assert getattr(WorldModel.from_pretrained(switched / "model").config, option) == value
-    with pytest.raises(ValueError, match=f"conditioned on the {value} (gripper|arm)"):
-        train(_cfg(switched, steps=5, **{option: "measured"}))
-    with pytest.raises(ValueError, match="needs --stage dit"):
-        train(_cfg(tmp_path / "x", stage="decoder", init_from=str(base / "model"), **{option: value}))
 
 
 def test_fetch_clips_can_give_the_gripper_command():

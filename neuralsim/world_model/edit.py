@@ -1,0 +1,94 @@
+"""Change a trained world model's parts and write it as a new checkpoint: ``neuralsim model edit``.
+
+    neuralsim model edit runs/sf/model --out runs/sf_head --reference-head 32       # a fresh reference head
+    neuralsim model edit runs/sf/model --out runs/ship --decoder-from runs/dec/model --window 32 --float16
+
+Each edit keeps every weight it does not name bit for bit, so the DiT's latents keep their meaning:
+
+* ``decoder_from`` -- the decoder (and its reference head) of another run of the same encoder
+  (:meth:`~neuralsim.world_model.model.WorldModel.take_decoder_from`);
+* ``decoder_layers_per_block`` -- a shallower or deeper decoder
+  (:meth:`~neuralsim.world_model.model.WorldModel.with_decoder_layers`), for a decoder stage to train on;
+* ``reference_head`` -- a fresh reference head of this width (0 removes the head), for ``--head-only`` training;
+* ``gripper_conditioning``, ``arm_conditioning`` -- the signals the next DiT stage trains on;
+* ``window``, ``denoising_steps`` -- the inference defaults NeuralDROID uses.
+
+The edits are applied in that order and recorded in the recipe's ``edits`` list; ``float16`` stores the weights at
+half precision (what the package ships; loading casts them back to float32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EditConfig:
+    """Options of ``neuralsim model edit``."""
+
+    checkpoint: str = field(metadata={"positional": True})
+    """The world-model checkpoint to edit (a directory or hub id)."""
+    out: str = field(metadata={"metavar": "DIR"})
+    """Where the edited checkpoint goes (a new directory, or the source itself)."""
+    decoder_from: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """Take the decoder and reference head of this checkpoint (it must share the encoder bit for bit)."""
+    decoder_layers_per_block: int | None = None
+    """Rebuild the decoder with this many layers per block (0: one ResNet per level); kept ResNets keep their
+    weights, added ones start as the identity."""
+    reference_head: int | None = field(default=None, metadata={"metavar": "WIDTH"})
+    """Replace the reference head by a fresh one this many channels wide (0: no head); it changes no view until
+    trained."""
+    gripper_conditioning: Literal["measured", "command"] | None = None
+    """The gripper signal the DiT trains on from now on."""
+    arm_conditioning: Literal["measured", "replay"] | None = None
+    """The arm pose the DiT trains on from now on."""
+    window: int | None = None
+    """The default inference window in frames."""
+    denoising_steps: int | None = None
+    """The default denoising passes per generated frame (1 up to the trained levels)."""
+    float16: bool = False
+    """Store the weights at half precision (the shipped model's format)."""
+    seed: int = 0
+    """Seed of a fresh reference head's weights."""
+
+
+def edit_model(cfg: EditConfig):
+    """Apply ``cfg``'s edits to its checkpoint and write the result to ``cfg.out``; returns the edited model."""
+    import torch
+
+    from ..envs.neural_droid import resolve_checkpoint
+    from .model import WorldModel
+
+    model = WorldModel.from_pretrained(resolve_checkpoint(cfg.checkpoint))
+    done: dict = {}
+    if cfg.decoder_from:
+        model.take_decoder_from(WorldModel.from_pretrained(cfg.decoder_from))
+        done["decoder_from"] = str(cfg.decoder_from)
+    depth = cfg.decoder_layers_per_block
+    if depth is not None and depth != model.config.autoencoder.decoder_depth:
+        model = model.with_decoder_layers(depth)
+        done["decoder_layers_per_block"] = depth
+    if cfg.reference_head is not None and cfg.reference_head != model.config.autoencoder.reference_head_channels:
+        torch.manual_seed(cfg.seed)
+        model.autoencoder.set_reference_head(cfg.reference_head)
+        done["reference_head"] = cfg.reference_head
+    changes = {name: getattr(cfg, name) for name in ("gripper_conditioning", "arm_conditioning", "window",
+                                                     "denoising_steps")
+               if getattr(cfg, name) is not None and getattr(cfg, name) != getattr(model.config, name)}
+    if changes:
+        model.config = dataclasses.replace(model.config, **changes)  # re-validated by the config
+        done.update(changes)
+    if done:
+        recipe = model.config.recipe
+        model.config.recipe = {**recipe, "edits": [*recipe.get("edits", []), done]}
+        log.info("edited: %s", ", ".join(f"{k} {v}" for k, v in done.items()))
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(cfg.out, dtype=torch.float16 if cfg.float16 else None)
+    WorldModel.from_pretrained(cfg.out)  # refuses a file that did not come out whole
+    return model

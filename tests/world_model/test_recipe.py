@@ -1,0 +1,86 @@
+"""``neuralsim train --recipe``: the shipped recipe end to end at a tiny budget, resumable stage by stage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from neuralsim.cli import main
+from neuralsim.world_model.model import WorldModel
+from neuralsim.world_model.recipe import load_recipe
+
+DEFAULT = Path(__file__).resolve().parents[2] / "neuralsim" / "world_model" / "recipes" / "default.yaml"
+
+
+def tiny_recipe(tmp_path: Path) -> Path:
+    """The shipped recipe, every section kept, at a tiny budget: the tests' model with the shipped model's parts
+    (a pruned decoder, a reference head, its conditioning), one short episode per data set, two steps per stage."""
+    recipe = load_recipe(DEFAULT)
+    recipe["model"] = {"preset": "tiny", "autoencoder": {"decoder_layers_per_block": 0, "reference_head_channels": 8},
+                       "gripper_conditioning": "command", "arm_conditioning": "replay"}
+    recipe["data"] = {**recipe["data"], "root": str(tmp_path / "data"), "workers": 1,
+                      "sets": {name: {**spec, "episodes": 1, "max_steps": 14}
+                               for name, spec in recipe["data"]["sets"].items()}}
+    for spec in recipe["stages"].values():
+        spec.update(steps=2, batch_size=2, warmup=1, checkpoint_every=2, log_every=1, sample_every=-1,
+                    **({"decay_steps": 1} if spec.get("decay_steps") else {}))
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def test_the_shipped_recipe_runs_every_stage_then_resumes_by_skipping_them(tmp_path, caplog):
+    recipe, out = tiny_recipe(tmp_path), tmp_path / "run"
+    args = ["train", "--recipe", str(recipe), "--out", str(out), "--no-progress", "--num-threads", "1"]
+    assert main(args) == 0
+    stages = list(load_recipe(DEFAULT)["stages"])
+    assert stages == ["autoencoder", "diffusion_forcing", "step_forcing", "step_forcing_mix", "decoder",
+                      "reference_head", "decoder_final"]
+    for name in stages:
+        assert json.loads((out / name / "done.json").read_text())["steps"] == 2
+    final = WorldModel.from_pretrained(out / "final")
+    assert final.config.window == 32 and final.config.autoencoder.reference_head_channels == 8
+    with open(out / "final" / "model.safetensors", "rb") as f:  # float16, as shipped
+        header = f.read(int.from_bytes(f.read(8), "little"))
+    assert b'"F16"' in header and b'"F32"' not in header
+    recorded = [(s["stage"], s["objective"], s.get("head_only", False), s.get("rollout_share", 0))
+                for s in final.config.recipe["stages"]]
+    assert recorded == [("autoencoder", "reconstruction", False, 0), ("dit", "diffusion_forcing", False, 0),
+                        ("dit", "step_forcing", False, 0), ("dit", "step_forcing", False, 0),
+                        ("decoder", "reconstruction", False, 0.75), ("decoder", "reconstruction", True, 0.75),
+                        ("decoder", "reconstruction", False, 0.75)]
+    assert final.config.recipe["dit_step_forcing_steps"] == 4 and final.config.recipe["edits"] == [{"window": 32}]
+    head = WorldModel.from_pretrained(out / "decoder" / "model").state_dict()
+    trained = WorldModel.from_pretrained(out / "reference_head" / "model").state_dict()
+    moved = {k for k in head if not torch.equal(head[k], trained[k])}
+    assert moved and all(k.startswith("autoencoder.ref_head.") for k in moved)  # head_only trains the head alone
+
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert main(args) == 0  # everything finished: every stage skipped, the same model shipped
+    assert sum("skipped" in r.getMessage() for r in caplog.records) == len(stages)
+    spec = yaml.safe_load(recipe.read_text())
+    spec["stages"]["decoder_final"]["lr"] = 1.0
+    recipe.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(ValueError, match="stage 'decoder_final' finished with other settings \\(lr differ\\)"):
+        main(["--verbose", *args])
+
+
+def test_a_recipe_is_checked_before_anything_runs(tmp_path):
+    recipe = yaml.safe_load(DEFAULT.read_text())
+    recipe["stages"]["autoencoder"]["focus_weight"] = 8.0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(ValueError, match="stage 'autoencoder': unknown options \\['focus_weight'\\]"):
+        load_recipe(path)
+    recipe["stages"]["autoencoder"].pop("focus_weight")
+    recipe["stages"]["autoencoder"]["data"] = ["simdroid_heldout"]
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(ValueError, match="data must list data sets of the data section"):
+        load_recipe(path)
+    assert main(["train", "--recipe", str(DEFAULT), "--stage", "dit", "--out", str(tmp_path / "x")]) == 1
+    assert not (tmp_path / "x").exists()
