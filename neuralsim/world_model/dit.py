@@ -89,8 +89,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
     ``mask``: boolean (True = attend) or additive float (0 / -inf), broadcast to (G, H, Lq, Lk).
     The one place the attention math lives.  Callers fold every batch-like dim into G: with 4-D
-    inputs PyTorch's fused CPU kernel applies, while 5-D inputs fall back to the unfused math path
-    (~2x slower at our sizes).
+    inputs PyTorch's fused CPU kernel applies, while 5-D inputs fall back to the slower unfused math path.
     """
     if q.shape[-2] == 1 and (mask is None or mask.is_floating_point()):
         # one query (cached inference): two small batched products beat the fused kernel's per-call setup
@@ -114,9 +113,9 @@ class Linear(nn.Linear):
     """``nn.Linear`` whose inference path uses a cached column-major copy of the weight.
 
     ``F.linear`` multiplies by ``weight.t()``; with the usual row-major (out, in) weight MKL gets a
-    transposed operand, and at our batch-1 shapes (48-96 rows, 192-1728 columns) that gemm is
-    1.3-5x slower than with a row-major (in, out) matrix.  Storing the weight column-major makes
-    ``weight.t()`` exactly that matrix: same call, same result (bit-identical in our checks).  The
+    transposed operand, and at batch-1 shapes (tens of rows, hundreds of columns) that gemm is several
+    times slower than with a row-major (in, out) matrix.  Storing the weight column-major makes
+    ``weight.t()`` exactly that matrix: same call, same result (bit-identical; a test checks it).  The
     copy is rebuilt whenever the weight changes (in-place version, storage, dtype or device) and is
     not part of the state dict.  While training or recording autograd, the plain path runs.
     """
@@ -205,10 +204,9 @@ def scale_offset(chunks: int, scale_chunks: tuple[int, ...], dim: int) -> torch.
 class TanhGELU(nn.Module):
     """GELU, tanh approximation (``nn.GELU(approximate="tanh")``), with a faster inference path.
 
-    ``0.5 x (1 + tanh(u))`` equals ``x sigmoid(2u)`` (u = sqrt(2/pi) (x + 0.044715 x^3)), and on the
-    CPUs we run on ``sigmoid`` is 3-4x faster than ``tanh`` (AMD EPYC, AVX2: 44 vs 150 us on a 48x768
-    tensor), so that form with in-place arithmetic takes ~90 us where PyTorch's tanh-approximation
-    kernel takes ~150; it equals that kernel to float rounding (5e-7).  While autograd records, the
+    ``0.5 x (1 + tanh(u))`` equals ``x sigmoid(2u)`` (u = sqrt(2/pi) (x + 0.044715 x^3)), and on x86 CPUs
+    (AVX2) ``sigmoid`` is several times faster than ``tanh``, so that form with in-place arithmetic beats
+    PyTorch's tanh-approximation kernel; it equals that kernel to float rounding.  While autograd records, the
     library kernel is used (in-place ops would break the graph).
     """
 

@@ -1,14 +1,12 @@
 """Frozen-autoencoder latents of a whole dataset, encoded once and kept on disk.
 
-The DiT stage trains on autoencoder latents, never on pixels.  Encoding a batch of 8 clips x 16 frames x
-3 views costs ~0.7 s on the 2-core CPU, as much as the DiT step itself, and with ~8 000 overlapping
-clips in a 720-episode dataset an in-memory memo of clips rarely hits.  :class:`LatentStore` instead
-encodes every *episode* once (~5 ms per view) into
+The DiT and decoder stages train on autoencoder latents, never on pixels.  Encoding a batch of clips costs
+about as much as a DiT step, and a dataset's overlapping clips are too many for an in-memory memo to hit often.
+:class:`LatentStore` instead encodes every *episode* once into
 ``<dataset>/.latent_cache/<autoencoder fingerprint>/episode_XXXXXX.npz`` (fp16 latents + float32
-conditioning), loads them all into one tensor on the training device (~0.4 GB for 70 000 time steps of
-the 16x16 latent) and serves any window of the :class:`~neuralsim.data.reader.ClipDataset` by one
-gather there: on a GPU a training step then moves no latents across the bus (session 31 measured the
-host's stack-and-convert of a batch of 64 fine-latent clips at ~45 ms, a quarter of the step).
+conditioning), loads them all into one tensor on the training device (0.4 GB for 70 000 time steps of
+the 16x16x4 latent x 3 views) and serves any window of the :class:`~neuralsim.data.reader.ClipDataset` by one
+gather there: on a GPU a training step then moves no latents across the bus.
 
 The fingerprint hashes the weights that produce latents (the encoder and its quantisation conv) and
 the frame size, so a retrained encoder never reads stale latents, while a decoder-only stage (which

@@ -13,11 +13,9 @@ against the cache -- the first one a two-frame pass that also commits the row's 
 stays *pending* until then (:class:`WorldModelState`) -- and decodes the three views.  Same generator
 seed => bit-identical output on CPU.
 
-Speed (default config: 48 tokens/frame, 4 x 192 DiT = 3.9 M params, window 16) on the project's 2-core
-CPU at batch 1: see ``benchmarks/results/throughput.json`` and docs/ARCHITECTURE.md ("Throughput at
-batch 1"); this shared VM's speed drifts by tens of percent, so only back-to-back timings compare.
-Caution: with 2 torch threads and another busy process, batch-1 inference collapses (OpenMP threads
-wait on a descheduled peer for every tiny op) -- use ``torch.set_num_threads(1)`` on a shared CPU.
+Throughput: ``benchmarks/results/throughput.json`` and docs/FIDELITY.md.  On a CPU shared with another busy
+process, batch-1 inference with several torch threads collapses (OpenMP threads wait on a descheduled peer for
+every tiny op): use ``torch.set_num_threads(1)`` there.
 """
 
 from __future__ import annotations

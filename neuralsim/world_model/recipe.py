@@ -119,11 +119,12 @@ def run_recipe(path: str | Path, options: dict[str, Any]) -> Path:
         dist.init_process_group("nccl" if configs[0][1].device.startswith("cuda") else "gloo")
     try:
         last = train_stages(configs, rank)
-        if last is None:
-            return Path(configs[-1][1].out) / "model"
-        if rank == 0:
-            return ship(recipe, last, out / "final")
-        return out / "final"
+        result = Path(configs[-1][1].out) / "model" if last is None else out / "final"
+        if last is not None and rank == 0:
+            ship(recipe, last, result)
+        if world > 1:
+            dist.barrier()  # no rank tears the group down while rank 0 still writes
+        return result
     finally:
         if world > 1:
             dist.destroy_process_group()

@@ -115,7 +115,7 @@ def test_p1_reduces_to_denoising_noisy_ground_truth(tiny_model):
     for i in range(views):
         assert torch.allclose(metrics[f"loss_view{i}"], err[:, :, i].mean(), rtol=1e-6)
     assert len({float(metrics[f"loss_view{i}"]) for i in range(views)}) == views
-    # and per latent channel: which channel (e.g. a residual one) the error comes from
+    # and per latent channel: which channel the error comes from
     channels = err.shape[3]
     assert sorted(k for k in metrics if k.startswith("loss_ch")) == sorted(f"loss_ch{c}" for c in range(channels))
     for c in range(channels):

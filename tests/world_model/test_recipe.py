@@ -84,3 +84,22 @@ def test_a_recipe_is_checked_before_anything_runs(tmp_path):
         load_recipe(path)
     assert main(["train", "--recipe", str(DEFAULT), "--stage", "dit", "--out", str(tmp_path / "x")]) == 1
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_the_recipe_runs_under_torchrun(tmp_path):
+    """Two CPU ranks (gloo): rank 0 makes the data and the first model while rank 1 waits, every stage trains
+    under DDP (the recipe records the global batch) and rank 0 ships."""
+    import os
+    import subprocess
+    import sys
+
+    recipe, out = tiny_recipe(tmp_path), tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "neuralsim.world_model.train", "--recipe", str(recipe), "--out", str(out), "--no-progress",
+           "--num-threads", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = WorldModel.from_pretrained(out / "final")
+    assert [s["batch_size"] for s in final.config.recipe["stages"]] == [4] * 7  # 2 ranks x 2 clips
+    assert all(s["steps_run"] == 2 for s in final.config.recipe["stages"])
