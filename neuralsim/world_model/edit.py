@@ -5,6 +5,8 @@
 
 Each edit keeps every weight it does not name bit for bit, so the DiT's latents keep their meaning:
 
+* ``fresh_dit`` -- a freshly initialised DiT on the trained autoencoder (what the objective diagnostic,
+  ``scripts/objective_diagnostic.sh``, trains every objective from); the recipe forgets the DiT's stages;
 * ``decoder_from`` -- the decoder (and its reference head) of another run of the same encoder
   (:meth:`~neuralsim.world_model.model.WorldModel.take_decoder_from`);
 * ``decoder_layers_per_block`` -- a shallower or deeper decoder
@@ -36,6 +38,8 @@ class EditConfig:
     """The world-model checkpoint to edit (a directory or hub id)."""
     out: str = field(metadata={"metavar": "DIR"})
     """Where the edited checkpoint goes (a new directory, or the source itself)."""
+    fresh_dit: bool = False
+    """Replace the DiT by a freshly initialised one of the same shape (the autoencoder and latent statistics kept)."""
     decoder_from: str | None = field(default=None, metadata={"metavar": "DIR"})
     """Take the decoder and reference head of this checkpoint (it must share the encoder bit for bit)."""
     decoder_layers_per_block: int | None = None
@@ -55,7 +59,7 @@ class EditConfig:
     float16: bool = False
     """Store the weights at half precision (the shipped model's format)."""
     seed: int = 0
-    """Seed of a fresh reference head's weights."""
+    """Seed of a fresh DiT's or reference head's weights."""
 
 
 def edit_model(cfg: EditConfig):
@@ -67,6 +71,9 @@ def edit_model(cfg: EditConfig):
 
     model = WorldModel.from_pretrained(resolve_checkpoint(cfg.checkpoint))
     done: dict = {}
+    if cfg.fresh_dit:
+        model = _with_fresh_dit(model, cfg.seed)
+        done["fresh_dit"] = cfg.seed
     if cfg.decoder_from:
         model.take_decoder_from(WorldModel.from_pretrained(cfg.decoder_from))
         done["decoder_from"] = str(cfg.decoder_from)
@@ -92,3 +99,25 @@ def edit_model(cfg: EditConfig):
     model.save_pretrained(cfg.out, dtype=torch.float16 if cfg.float16 else None)
     WorldModel.from_pretrained(cfg.out)  # refuses a file that did not come out whole
     return model
+
+
+def _with_fresh_dit(model, seed: int):
+    """A copy of ``model`` whose DiT is drawn afresh (a whole new model is built after seeding torch with ``seed``,
+    so the DiT's weights are those a fresh model of this config gets) and whose other weights and buffers are
+    ``model``'s; its recipe keeps the autoencoder's and decoder's history and drops the DiT's."""
+    import torch
+
+    from .config import WorldModelConfig
+    from .model import WorldModel
+
+    cfg = WorldModelConfig.from_dict(model.config.to_dict())
+    recipe = {k: v for k, v in cfg.recipe.items() if not k.startswith("dit_")}
+    cfg.recipe = {**recipe, "stages": [st for st in recipe.get("stages", []) if st.get("stage") != "dit"]}
+    torch.manual_seed(seed)
+    fresh = WorldModel(cfg).to(model.device)
+    own = fresh.state_dict()
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if not name.startswith("dit."):
+                own[name].copy_(t)
+    return fresh.eval()

@@ -255,3 +255,28 @@ def test_take_decoder_from_a_donor_with_another_decoder_depth(tiny_model):
     with torch.inference_mode():
         assert torch.equal(base.decode(z), donor.decode(z))
     assert all(torch.equal(t, tiny_model.state_dict()[k]) for k, t in base.state_dict().items() if k.startswith("dit."))
+
+
+def test_model_edit_fresh_dit_keeps_the_autoencoder_and_forgets_the_dit(tiny_model, tmp_path):
+    """``neuralsim model edit --fresh-dit``: the autoencoder and latent statistics bit for bit, a DiT drawn afresh
+    from the seed (the same for the same seed), and a recipe without the DiT's stages."""
+    import torch
+
+    from neuralsim.world_model.edit import EditConfig, edit_model
+    from neuralsim.world_model.model import WorldModel
+
+    tiny_model.config.recipe = {"autoencoder_reconstruction_steps": 5, "dit_step_forcing_steps": 7,
+                                "latent_stats_fitted": True,
+                                "stages": [{"stage": "autoencoder", "objective": "reconstruction", "steps": 5},
+                                           {"stage": "dit", "objective": "step_forcing", "steps": 7}]}
+    src = tiny_model.save_pretrained(tmp_path / "src")
+    a = edit_model(EditConfig(checkpoint=str(src), out=str(tmp_path / "a"), fresh_dit=True, seed=3))
+    edit_model(EditConfig(checkpoint=str(src), out=str(tmp_path / "b"), fresh_dit=True, seed=3))
+    b = WorldModel.from_pretrained(tmp_path / "b")
+    old, new = tiny_model.state_dict(), a.state_dict()
+    assert all(torch.equal(old[k], new[k]) for k in old if not k.startswith("dit."))
+    assert not torch.equal(old["dit.patch_embed.weight"], new["dit.patch_embed.weight"])
+    assert all(torch.equal(new[k], b.state_dict()[k]) for k in new)
+    assert a.config.recipe == {"autoencoder_reconstruction_steps": 5, "latent_stats_fitted": True,
+                               "stages": [{"stage": "autoencoder", "objective": "reconstruction", "steps": 5}],
+                               "edits": [{"fresh_dit": 3}]}
