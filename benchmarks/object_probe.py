@@ -235,7 +235,7 @@ def add_round_trip(samples: dict[str, np.ndarray], world_model, batch_frames: in
     """
     from tqdm import tqdm
 
-    from .fidelity import round_trip_frames
+    from .fidelity_episodes import round_trip_frames
 
     views = samples["views"]
     size, ae = views.shape[2], world_model.config.autoencoder.image_size
