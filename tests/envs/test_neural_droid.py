@@ -21,6 +21,7 @@ import neuralsim  # noqa: F401  (registers the envs)
 from neuralsim import kinematics as K
 from neuralsim.envs import adapter as A
 from neuralsim.envs import neural_droid as ND
+from neuralsim.envs import neural_droid_core
 from neuralsim.envs.episodes import EpisodeSpecError, UnknownEpisodeError, default_episodes
 from neuralsim.envs.neural_droid import InvalidActionError, NeuralDROIDEnv, NeuralDROIDVectorEnv
 from neuralsim.episode import VIEW_NAMES
@@ -399,7 +400,7 @@ def test_spec_objects_and_dicts_are_accepted(tiny_checkpoint):
 
 
 def test_missing_and_corrupt_checkpoints(tmp_path, monkeypatch, tiny_checkpoint):
-    monkeypatch.setattr(ND, "DEFAULT_CHECKPOINT", tmp_path / "nothing")
+    monkeypatch.setattr(neural_droid_core, "DEFAULT_CHECKPOINT", tmp_path / "nothing")  # resolve_checkpoint's
     with pytest.raises(CheckpointError, match="neuralsim train"):
         gym.make("NeuralDROID-v0")
     with pytest.raises(CheckpointError, match="not a directory"):
