@@ -31,7 +31,6 @@ __all__ = [
     "euler_xyz_to_matrix",
     "link_transforms",
     "wrist_camera_pose",
-    "wrist_camera_rays",
 ]
 
 #: Modified DH parameters (a_{i-1} [m], d_i [m], alpha_{i-1} [rad]) for joints 1..7.
@@ -69,8 +68,7 @@ CONTROL_HZ = 15
 HAND_YAW = -math.pi / 4
 #: SimDROID's wrist camera in the hand frame: position [m], MJCF ``xyaxes`` (the image's right and,
 #: before it is made orthogonal to the first, up directions) and vertical field of view [deg].  The
-#: scene's MJCF is written from these, so the geometry the world model may condition on
-#: (:func:`wrist_camera_rays`) is the one that rendered its training images.
+#: scene's MJCF is written from these, so :func:`wrist_camera_pose` is the camera that rendered the images.
 WRIST_CAMERA_POS = (0.065, 0.0, 0.03)
 WRIST_CAMERA_XYAXES = (0.0, 1.0, 0.0, 0.97, 0.0, 0.24)
 WRIST_CAMERA_FOVY = 80.0
@@ -207,7 +205,7 @@ def forward_kinematics(q):
 def _wrist_camera_in_flange() -> tuple[np.ndarray, np.ndarray]:
     """The wrist camera's position (3,) and rotation (3, 3) in the flange frame, axes as MuJoCo builds
     them from ``xyaxes``: x normalised, y made orthogonal to x and normalised, z = x cross y.  Constants,
-    computed once (read-only arrays): the world model's conditioning calls this for every frame."""
+    computed once (read-only arrays)."""
     c, s = math.cos(HAND_YAW), math.sin(HAND_YAW)
     hand = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
     x = np.asarray(WRIST_CAMERA_XYAXES[:3], dtype=np.float64)
@@ -220,19 +218,6 @@ def _wrist_camera_in_flange() -> tuple[np.ndarray, np.ndarray]:
     pos.setflags(write=False)
     rot.setflags(write=False)
     return pos, rot
-
-
-@functools.lru_cache(maxsize=None)
-def _wrist_camera_directions(grid: int) -> np.ndarray:
-    """Unit directions (grid * grid, 3), camera frame, through the centres of a grid x grid partition of the
-    wrist image, row-major from its top-left (read-only, computed once per grid)."""
-    half = math.tan(math.radians(WRIST_CAMERA_FOVY) / 2)
-    centres = (np.arange(grid) + 0.5) / grid * 2.0 - 1.0  # -1 .. 1, left to right
-    u, v = np.meshgrid(centres * half, -centres * half)  # rows top (image up) to bottom
-    d = np.stack([u, v, -np.ones_like(u)], axis=-1).reshape(-1, 3)
-    d = d / np.linalg.norm(d, axis=-1, keepdims=True)
-    d.setflags(write=False)
-    return d
 
 
 def wrist_camera_pose(cartesian):
@@ -250,24 +235,3 @@ def wrist_camera_pose(cartesian):
     flange = euler_xyz_to_matrix(cartesian[..., 3:6])
     return cartesian[..., :3] + (flange @ offset[:, None])[..., 0], flange @ rot
 
-
-def wrist_camera_rays(cartesian, grid: int):
-    """Plücker rays of SimDROID's wrist camera through the centres of a ``grid`` x ``grid`` partition of
-    its (square) image, for flange poses ``cartesian`` (..., 6).
-
-    Returns (..., grid * grid, 6): per cell, row-major from the image's top-left, the unit direction d
-    (base frame) and the moment o x d (o the camera's position) -- a description of the line each
-    image region looks along that does not depend on where on the line o sits.
-    """
-    if grid < 1:
-        raise ValueError(f"grid must be >= 1, got {grid}")
-    xp, is_torch = _backend(cartesian)
-    pos, rot = wrist_camera_pose(cartesian)
-    d = _wrist_camera_directions(int(grid))  # (G, 3) in the camera frame
-    if is_torch:
-        d = xp.tensor(d, dtype=cartesian.dtype, device=cartesian.device)
-    d = (rot[..., None, :, :] @ d[:, :, None])[..., 0]  # (..., G, 3) in the base frame
-    o = pos[..., None, :]
-    o = o.expand(d.shape) if is_torch else np.broadcast_to(o, d.shape)
-    m = xp.linalg.cross(o, d) if is_torch else np.cross(o, d)
-    return xp.cat([d, m], -1) if is_torch else np.concatenate([d, m], axis=-1)
