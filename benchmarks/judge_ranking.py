@@ -1,8 +1,8 @@
 """Does a judge rank policies as the ground truth does?  Policies of graded skill, closed loop in SimDROID.
 
 Usage:
-    python -m benchmarks.judge_ranking --scene legible --episodes 12
-    python -m benchmarks.judge_ranking --judge roboworld:offline --judge roboworld:offline/runs/judge --quick
+    python -m benchmarks.judge_ranking --episodes 12                   # the shipped judge, SimDROID-v0
+    python -m benchmarks.judge_ranking --scene legible --judge roboworld:offline/runs/judge --quick
 
 Each policy of a graded set -- the scripted expert at noise 0, 0.3, 0.6 and 0.9, the expert with each of its
 failure modes (:data:`neuralsim.envs.experts.FAILURE_MODES`), random and zero -- acts closed loop in SimDROID from
@@ -45,7 +45,7 @@ def graded_policies() -> list[tuple[str, str, dict]]:
 
 @dataclass
 class Args:
-    scene: str = "legible"
+    scene: str = "classic"
     judges: list[str] = field(default_factory=lambda: ["roboworld:offline"])
     episodes: int = 12
     seed0: int = 2_000_000
@@ -172,7 +172,7 @@ def print_report(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.judge_ranking", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scene", default="legible", help="SimDROID scene: classic (SimDROID-v0) or legible (default)")
+    p.add_argument("--scene", default="classic", help="SimDROID scene: classic (SimDROID-v0, default) or legible")
     p.add_argument("--judge", dest="judges", action="append", default=None,
                    help="judge spec, repeatable (default roboworld:offline); e.g. roboworld:offline/PATH")
     p.add_argument("--episodes", type=int, default=12, help="episodes per policy (default 12)")
