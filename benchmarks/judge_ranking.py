@@ -30,7 +30,7 @@ from .stats import pearson, spearman, wilson_interval
 
 log = logging.getLogger(__name__)
 
-#: The graded set: (name, make_policy name, keyword arguments).  The scripted ones need the env.
+#: The scripted expert's noise levels in the graded set.
 NOISE_LEVELS = (0.0, 0.3, 0.6, 0.9)
 
 
@@ -69,20 +69,20 @@ def run(args: Args) -> dict:
     import gymnasium as gym
 
     import neuralsim  # noqa: F401  (registers the envs)
-    from judges.registry import RUBRIC_OF_FAMILY, make_judge
     from neuralsim.envs.scene import get_scene
     from neuralsim.envs.sim_droid import TASK_FAMILIES
+    from neuralsim.rewards import make_reward_fn
     from policies import make_policy, run_episode
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
     judges = {}
     for spec in args.judges:
-        family, _, rest = spec.partition(":")
+        family = spec.partition(":")[0]
         if family not in ("roboworld", "binary"):
             raise ValueError(f"--judge {spec!r}: the ranking compares rubric levels; use a 'roboworld:' or "
                              "'binary:' judge")
-        judges[spec] = (family, make_judge(RUBRIC_OF_FAMILY[family], rest or "offline"))
+        judges[spec] = (family, make_reward_fn(spec))
     chosen = graded_policies()
     if args.policies:
         known = {name for name, _, _ in chosen}
