@@ -220,6 +220,10 @@ def _add_data(sub) -> None:
     g.add_argument("--seed", type=int, default=0, help="base seed; episode i uses seed + i (default 0)")
     g.add_argument("--failure-share", dest="failure_share", type=float, default=0.3,
                    help="probability an episode gets a failure mode (default %(default)s)")
+    g.add_argument("--failure-modes", dest="failure_modes", default=None,
+                   help="comma-separated failure modes a failing episode draws from, uniformly; list one twice to "
+                        "draw it twice as often (default: all, missed_grasp,weak_grip,early_release,overshoot,"
+                        "wrist_tilt,oscillation)")
     g.add_argument("--noise", type=float, nargs=2, default=(0.0, 0.3), metavar=("LOW", "HIGH"),
                    help="range of the expert's command-noise std (default 0.0 0.3)")
     g.add_argument("--families", default=None,
@@ -260,6 +264,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     from .data.generate import generate
 
     families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
+    modes = [m.strip() for m in args.failure_modes.split(",") if m.strip()] if args.failure_modes else None
     out = args.out_opt or args.out
     if out is None or (args.out_opt and args.out and args.out_opt != args.out):
         raise SystemExit("neuralsim data generate: give the output directory once, as OUT or --out DIR")
@@ -267,7 +272,7 @@ def _run_generate(args: argparse.Namespace) -> int:
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
                        max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood,
                        frames_format=args.frames_format, actor=args.actor, perturbation=args.perturbation,
-                       severity=args.severity, scene=args.scene,
+                       severity=args.severity, scene=args.scene, failure_modes=modes,
                        **({"settle_steps": args.max_steps} if args.full_horizon else {}))
     print(summary.format())
     return 0

@@ -7,7 +7,7 @@ Usage::
 Episode ``i`` is fully determined by ``seed + i`` (its "episode seed"): the task family is
 ``families[i % len(families)]``; a generator seeded with the episode seed draws, in this order,
 whether the episode gets a failure mode (probability ``failure_share``), which one (uniform over
-:data:`~neuralsim.envs.experts.FAILURE_MODES`) and the expert's noise (uniform in ``noise``); the
+``failure_modes``, by default :data:`~neuralsim.envs.experts.FAILURE_MODES`) and the expert's noise (uniform in ``noise``); the
 env and the expert are seeded with the episode seed too.  The expert runs until it says it is done,
 then ``settle_steps`` more steps (so the outcome is visible), or until ``max_steps``.  The labels
 (``success``, ``rubric_level``) are the simulator's ground truth at the last step -- a
@@ -73,11 +73,11 @@ log = logging.getLogger(__name__)
 SETTLE_STEPS = 5
 #: Parameters that define a dataset's episodes; a resume must match all of them.
 GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert",
-                   "distribution", "actor", "perturbation", "severity", "scene")
+                   "distribution", "actor", "perturbation", "severity", "scene", "failure_modes")
 #: Values of generation parameters that datasets written before the parameter existed implicitly used
 #: (such parameters are also left out of ``meta/info.json`` when they have this value).
 GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert", "perturbation": None, "severity": None,
-                       "scene": "classic"}
+                       "scene": "classic", "failure_modes": None}
 EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
 #: Who acts in the episodes: the scripted expert, or a no-skill baseline (see :class:`IdleActor`,
 #: :class:`RandomActor`) that labels what doing nothing, or flailing, looks like.
@@ -100,14 +100,16 @@ class EpisodePlan:
 
 
 def plan_episode(index: int, seed: int, families: Sequence[str], failure_share: float,
-                 noise: tuple[float, float]) -> EpisodePlan:
-    """The deterministic plan of episode ``index`` (see the module docstring)."""
+                 noise: tuple[float, float], failure_modes: Sequence[str] | None = None) -> EpisodePlan:
+    """The deterministic plan of episode ``index`` (see the module docstring); a failing episode's mode is drawn
+    from ``failure_modes`` (default: all of FAILURE_MODES, listed again to weight one up)."""
     from ..envs.experts import FAILURE_MODES
 
+    modes = FAILURE_MODES if failure_modes is None else tuple(failure_modes)
     ep_seed = seed + index
     rng = np.random.default_rng(ep_seed)
     failing = rng.random() < failure_share
-    mode = FAILURE_MODES[int(rng.integers(len(FAILURE_MODES)))]
+    mode = modes[int(rng.integers(len(modes)))]
     lo, hi = noise
     return EpisodePlan(index=index, seed=ep_seed, family=families[index % len(families)],
                        failure=mode if failing else None, noise=float(rng.uniform(lo, hi)) if hi > lo else float(lo))
@@ -386,7 +388,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
              noise: float | tuple[float, float] = (0.0, 0.3), families: Sequence[str] | None = None,
              max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
              settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4", actor: str = "expert",
-             perturbation: str | None = None, severity: float = 0.5, scene: str = "classic") -> GenerationSummary:
+             perturbation: str | None = None, severity: float = 0.5, scene: str = "classic",
+             failure_modes: Sequence[str] | None = None) -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -415,6 +418,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         severity: the perturbation's severity in [0, 1] (the optimism-bias benchmark uses 0.5).
         scene: the SimDROID scene (:data:`neuralsim.envs.scene.SCENES`): ``"classic"`` (``SimDROID-v0``) or
             ``"legible"`` (``SimDROID-v1``).
+        failure_modes: the failure modes a failing episode draws from, uniformly (default: all of
+            :data:`~neuralsim.envs.experts.FAILURE_MODES`); a mode listed twice is drawn twice as often.
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -430,6 +435,13 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         raise ValueError(f"noise must be a value or (low, high) range with 0 <= low <= high <= 1, got {noise!r}")
     if not 0.0 <= failure_share <= 1.0:
         raise ValueError(f"failure_share must be in [0, 1], got {failure_share}")
+    if failure_modes is not None:
+        from ..envs.experts import FAILURE_MODES
+
+        failure_modes = list(failure_modes)
+        bad = [m for m in failure_modes if m not in FAILURE_MODES]
+        if bad or not failure_modes:
+            raise ValueError(f"failure_modes must be a non-empty list of {FAILURE_MODES}, got {failure_modes}")
     if episodes < 0 or workers < 1 or max_steps < 1 or settle_steps < 0:
         raise ValueError(f"need episodes >= 0, workers >= 1, max_steps >= 1, settle_steps >= 0; got {episodes}, "
                          f"{workers}, {max_steps}, {settle_steps}")
@@ -439,6 +451,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
               "expert": EXPERT_NAME}
     if ood:
         params["distribution"] = "ood"
+    if failure_modes is not None:
+        params["failure_modes"] = failure_modes
     from ..envs.scene import SCENES
 
     if scene not in SCENES:
@@ -473,7 +487,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
     with _exclusive(root):
         records = _prepare(root, params)
         done = {int(r["episode_index"]) for r in records}
-        todo = [plan_episode(i, seed, families, failure_share, (lo, hi)) for i in range(episodes) if i not in done]
+        todo = [plan_episode(i, seed, families, failure_share, (lo, hi), failure_modes)
+                for i in range(episodes) if i not in done]
         if done:
             log.info("%s: %d episodes already done, %d to generate", root, len(done & set(range(episodes))), len(todo))
         t0 = time.perf_counter()

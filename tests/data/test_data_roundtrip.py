@@ -146,9 +146,26 @@ def test_parameter_mismatch_is_refused(dataset):
         generate(dataset, 2, **{**PARAMS, "families": ["stack"]})
 
 
+def test_failure_modes_restrict_and_weight_the_draw(dataset):
+    """``failure_modes`` is the pool a failing episode draws from; the default pool keeps the old plans."""
+    from neuralsim.envs.experts import FAILURE_MODES
+
+    fams = ["stack"]
+    default = [plan_episode(i, 0, fams, 1.0, (0.0, 0.3)) for i in range(200)]
+    assert default == [plan_episode(i, 0, fams, 1.0, (0.0, 0.3), FAILURE_MODES) for i in range(200)]
+    weighted = [plan_episode(i, 0, fams, 1.0, (0.0, 0.3), ["weak_grip", "weak_grip", "overshoot"]).failure
+                for i in range(200)]
+    assert set(weighted) == {"weak_grip", "overshoot"}
+    assert 0.55 < weighted.count("weak_grip") / 200 < 0.8  # two of three in the pool
+    with pytest.raises(GenerationMismatchError, match="failure_modes"):
+        generate(dataset, 2, **{**PARAMS, "failure_modes": ["weak_grip"]})
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="families"):
         generate(tmp_path / "a", 1, families=["juggle"], progress=False)
+    with pytest.raises(ValueError, match="failure_modes"):
+        generate(tmp_path / "a", 1, failure_modes=["slip"], progress=False)
     with pytest.raises(ValueError, match="noise"):
         generate(tmp_path / "b", 1, noise=(0.3, 0.1), progress=False)
     (tmp_path / "c").mkdir()

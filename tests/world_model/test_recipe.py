@@ -14,6 +14,7 @@ from neuralsim.world_model.model import WorldModel
 from neuralsim.world_model.recipe import load_recipe
 
 DEFAULT = Path(__file__).resolve().parents[2] / "neuralsim" / "world_model" / "recipes" / "default.yaml"
+LEGIBLE = DEFAULT.with_name("legible.yaml")
 
 
 def tiny_recipe(tmp_path: Path) -> Path:
@@ -84,6 +85,20 @@ def test_a_recipe_is_checked_before_anything_runs(tmp_path):
         load_recipe(path)
     assert main(["train", "--recipe", str(DEFAULT), "--stage", "dit", "--out", str(tmp_path / "x")]) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_the_legible_recipe_trains_the_same_stages_on_legible_data(tmp_path):
+    from neuralsim.world_model.recipe import make_data
+
+    recipe = load_recipe(LEGIBLE)
+    assert list(recipe["stages"]) == list(load_recipe(DEFAULT)["stages"])
+    sets = recipe["data"]["sets"]
+    assert {spec["scene"] for spec in sets.values()} == {"legible"}
+    recipe["data"] = {"root": str(tmp_path), "workers": 1,
+                      "sets": {"legible_idle": {**sets["legible_idle"], "episodes": 1, "max_steps": 4}}}
+    make_data(recipe, progress=False)  # a set's scene reaches `neuralsim data generate`
+    info = json.loads((tmp_path / "legible_idle" / "meta" / "info.json").read_text())
+    assert info["source"] == "SimDROID-v1" and info["generation"]["scene"] == "legible"
 
 
 @pytest.mark.slow
