@@ -8,8 +8,8 @@ Episode ``i`` is fully determined by ``seed + i`` (its "episode seed"): the task
 ``families[i % len(families)]``; a generator seeded with the episode seed draws, in this order,
 whether the episode gets a failure mode (probability ``failure_share``), which one (uniform over
 ``failure_modes``, by default :data:`~neuralsim.envs.experts.FAILURE_MODES`) and the expert's noise
-(uniform in ``noise``); the env and the expert are seeded with the episode seed too.  The expert runs until it says it is done,
-then ``settle_steps`` more steps (so the outcome is visible), or until ``max_steps``.  The labels
+(uniform in ``noise``); the env and the expert are seeded with the episode seed too.  The expert runs until it
+says it is done, then ``settle_steps`` more steps (so the outcome is visible), or until ``max_steps``.  The labels
 (``success``, ``rubric_level``) are the simulator's ground truth at the last step -- a
 failure-labelled episode can still succeed, and a clean one can fail; both are kept.
 
