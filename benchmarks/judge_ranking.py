@@ -25,30 +25,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .policy_set import SEED0, PolicyChoice, episode_starts, graded_policies
 from .results_path import out_help, results_path
 from .stats import pearson, spearman, wilson_interval
 
 log = logging.getLogger(__name__)
-
-#: The scripted expert's noise levels in the graded set.
-NOISE_LEVELS = (0.0, 0.3, 0.6, 0.9)
-
-
-def graded_policies() -> list[tuple[str, str, dict]]:
-    """The policies of graded skill, as (report name, :func:`policies.make_policy` name, keyword arguments)."""
-    from neuralsim.envs.experts import FAILURE_MODES
-
-    out = [(f"noisy-{n:g}" if n else "expert", "scripted", {"noise": n}) for n in NOISE_LEVELS]
-    out += [(f"expert+{f}", "scripted", {"failure": f}) for f in FAILURE_MODES]
-    return out + [("random", "random", {}), ("zero", "zero", {})]
-
 
 @dataclass
 class Args:
     scene: str = "classic"
     judges: list[str] = field(default_factory=lambda: ["roboworld:offline"])
     episodes: int = 12
-    seed0: int = 2_000_000
+    seed0: int = SEED0
     policies: list[str] | None = None
     out: str | None = None
     quick: bool = False
@@ -70,9 +58,8 @@ def run(args: Args) -> dict:
 
     import neuralsim  # noqa: F401  (registers the envs)
     from neuralsim.envs.scene import get_scene
-    from neuralsim.envs.sim_droid import TASK_FAMILIES
     from neuralsim.rewards import make_reward_fn
-    from policies import make_policy, run_episode
+    from policies import run_episode
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
@@ -98,24 +85,18 @@ def run(args: Args) -> dict:
     t0 = time.time()
     policies, episodes = [], []
     for name, kind, kw in chosen:
-        if kind == "scripted":
-            policy = make_policy(kind, env=env, seed=args.seed0, **kw)
-        elif kind == "random":
-            policy = make_policy(kind, seed=args.seed0)
-        else:
-            policy = make_policy(kind)
+        policy = PolicyChoice(name, kind, kw).build(env=env, seed=args.seed0)
         rows = []
-        for i in range(args.episodes):
-            family = TASK_FAMILIES[i % len(TASK_FAMILIES)]
-            res = run_episode(env, policy, seed=args.seed0 + i, options={"task": family})
+        for seed, family in episode_starts(args.seed0, args.episodes):
+            res = run_episode(env, policy, seed=seed, options={"task": family})
             level, success = int(res.info["rubric_level"]), bool(res.info["success"])
-            row = {"policy": name, "seed": args.seed0 + i, "family": family, "true_level": level,
+            row = {"policy": name, "seed": seed, "family": family, "true_level": level,
                    "true_success": success, "judged": {}}
             for spec, (fam, judge) in judges.items():
                 j = judge(res.episode)
                 row["judged"][spec] = float(j.score) if j.ok else None
                 if not j.ok:
-                    log.warning("%s failed on %s seed %d: %s", spec, name, args.seed0 + i, j.error)
+                    log.warning("%s failed on %s seed %d: %s", spec, name, seed, j.error)
             rows.append(row)
             bar.update()
         episodes += rows
@@ -176,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--judge", dest="judges", action="append", default=None,
                    help="judge spec, repeatable (default roboworld:offline); e.g. roboworld:offline/PATH")
     p.add_argument("--episodes", type=int, default=12, help="episodes per policy (default 12)")
-    p.add_argument("--seed0", type=int, default=2_000_000, help="first seed (held out from training data)")
+    p.add_argument("--seed0", type=int, default=SEED0, help="first seed (held out from training data)")
     p.add_argument("--policy", dest="policies", action="append", default=None,
                    help="only this policy of the graded set (repeatable)")
     p.add_argument("--quick", action="store_true", help="3 episodes per policy")
