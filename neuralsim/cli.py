@@ -10,6 +10,10 @@ Subcommands (each imports what it needs only when it runs, so ``neuralsim --help
 * ``model edit``     -- change a trained model's parts (:mod:`neuralsim.world_model.edit`);
 * ``train``          -- world-model training, a stage or a whole recipe (:mod:`neuralsim.world_model.train`).
 
+Other packages add subcommands through the ``neuralsim.commands`` entry-point group (each entry point is a function
+that registers its parser on the subparsers), so ``neuralsim`` never imports them: ``train-policy`` (the
+visuomotor baselines, :mod:`policies.visuomotor.train`) comes from the ``policies`` package that way.
+
 To add a subcommand, write ``_add_<name>(subparsers)`` that registers its parser with
 ``set_defaults(func=...)`` and list it in :func:`build_parser`.
 """
@@ -33,6 +37,7 @@ examples:
   neuralsim data info ../shared/data/droid_real          # the real DROID sample reads the same way
   neuralsim train --recipe neuralsim/world_model/recipes/default.yaml --out runs/default   # the shipped model
   neuralsim model info                                   # the shipped world model: size, recipe, stages
+  neuralsim train-policy --data data/bc_classic --out runs/visuomotor --ship   # the visuomotor baselines
 
 Run `neuralsim <command> --help` for the options of one command.
 """
@@ -50,6 +55,7 @@ def build_parser(full_train: bool = True) -> argparse.ArgumentParser:
     _add_data(sub)
     _add_model(sub)
     _add_train(sub, full_train)
+    _add_registered_commands(sub)
     # eval: NeuralDROID evaluation (policy x episodes in the world model, judged) goes here as
     # _add_eval(sub); `demo` will then show a NeuralDROID rollout beside its SimDROID twin.
     return parser
@@ -73,6 +79,21 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"neuralsim {args.command}: error: {e}", file=sys.stderr)
         return 1
+
+
+#: Entry-point group of subcommands that other packages add (``name = "module:register"``).
+COMMANDS_GROUP = "neuralsim.commands"
+
+
+def _add_registered_commands(sub) -> None:
+    """Let each ``neuralsim.commands`` entry point register its subcommand (a broken one is skipped, logged)."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            ep.load()(sub)
+        except Exception as e:  # noqa: BLE001 -- one broken plugin must not take the whole CLI down
+            logging.getLogger(__name__).warning("neuralsim %s is unavailable: %s: %s", ep.name, type(e).__name__, e)
 
 
 # ----------------------------------------------------------------------------- demo

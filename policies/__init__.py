@@ -21,6 +21,8 @@ name                       policy
 ``"replay"``               recorded actions, ``actions=`` or ``dataset=`` + ``index=`` (:mod:`policies.replay`)
 ``"openpi:HOST:PORT"``     an openpi websocket policy server (:mod:`policies.openpi_client`)
 ``"roboarena:HOST:PORT"``  a RoboArena policy server (:mod:`policies.roboarena_client`)
+``"visuomotor-s<steps>"``  a shipped learned visuomotor checkpoint (:mod:`policies.visuomotor`)
+``"visuomotor:PATH"``      a visuomotor checkpoint directory (or a hub id in the local cache)
 =========================  ==========================================================================
 
 Other keyword arguments go to the policy's constructor.  The websocket adapters and
@@ -78,8 +80,10 @@ def register_policy(name: str, target: str) -> None:
 
 
 def available_policies() -> list[str]:
-    """The name forms :func:`make_policy` accepts."""
-    return list(_FORMS) + sorted(set(_REGISTRY) - set(_FORMS))
+    """The name forms :func:`make_policy` accepts, then the shipped visuomotor checkpoints by name."""
+    from .visuomotor.policy import shipped_checkpoints  # a directory listing: no torch
+
+    return list(_FORMS) + sorted(set(_REGISTRY) - set(_FORMS)) + ["visuomotor:PATH"] + shipped_checkpoints()
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -102,6 +106,12 @@ def _host_port(name: str, prefix: str) -> tuple[str, int]:
     return host, number
 
 
+def _visuomotor_names() -> list[str]:
+    from .visuomotor.policy import shipped_checkpoints
+
+    return shipped_checkpoints()
+
+
 def make_policy(name: str, **kwargs: Any) -> Policy:
     """Build a policy by name (see the table in :mod:`policies`); ``kwargs`` go to its constructor.
 
@@ -109,6 +119,8 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         UnknownPolicyError: the name is not one of :func:`available_policies`.
         TypeError: a scripted policy without ``env=`` (or with a non-SimDROID env).
         MissingDependencyError: a websocket adapter without the ``policies`` extra installed.
+        CheckpointError: a ``visuomotor:PATH`` that is not a checkpoint directory (the message names the training
+            command).
     """
     if not isinstance(name, str):
         raise UnknownPolicyError(f"policy name must be a string, got {type(name).__name__}")
@@ -126,6 +138,10 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         if "noise" in kwargs:
             raise TypeError(f"{name!r} sets the noise itself; use make_policy('scripted', noise=...) to choose it")
         name, kwargs = "scripted", {**kwargs, "noise": noise}
+    if name.startswith("visuomotor:") or name in _visuomotor_names():
+        from .visuomotor import VisuomotorPolicy
+
+        return VisuomotorPolicy.from_pretrained(name.removeprefix("visuomotor:"), **kwargs)
     if name in _REGISTRY:
         if name == "scripted" and "env" not in kwargs:
             raise TypeError("scripted policies read SimDROID's privileged state: pass env=<a SimDROID-v0 env>, "

@@ -1,0 +1,200 @@
+"""Closed-loop success of the learned visuomotor policies and the baselines in SimDROID, on held-out episodes.
+
+Usage:
+    python -m benchmarks.policy_success                          # every shipped checkpoint + baselines, 30 episodes
+    python -m benchmarks.policy_success --episodes 60 --policy visuomotor-s3000 --policy expert
+    python -m benchmarks.policy_success --quick                  # 3 episodes each, *_quick.json
+
+Episode ``i`` starts from SimDROID seed ``seed0 + i`` (default 2,000,000: no training set uses these seeds) with
+task family ``TASK_FAMILIES[i % 3]``, so every policy meets the same initial states and all families equally.
+A policy acts closed loop through :func:`policies.run_episode` (chunks executed 8 actions at a time, openpi's DROID
+setting) to the horizon; the verdict is the simulator's ground truth at the last step.  Per policy: success rate
+with its 95% Wilson interval, mean rubric level (0-5), the same per task family, and for the learned policies the
+inference time per query and per env step at batch 1 (one CPU thread) and of one batched forward pass.
+
+Writes ``benchmarks/results/policy_success.json`` (``--scene legible``: ``policy_success_legible.json``):
+``{"policies": [{"name", "learned", "episodes", "success_rate", "success_ci95", "mean_level", "per_task": {...}},
+...]}`` plus the settings and every episode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .results_path import out_help, results_path
+from .stats import wilson_interval
+
+#: Baselines besides the learned policies: report name -> (make_policy name, keyword arguments).
+BASELINES = {"expert": ("scripted", {"noise": 0.0}), "noisy-0.6": ("scripted", {"noise": 0.6}),
+             "random": ("random", {}), "zero": ("zero", {})}
+SEED0 = 2_000_000
+
+
+@dataclass
+class Args:
+    scene: str = "classic"
+    episodes: int = 30
+    seed0: int = SEED0
+    policies: list[str] = field(default_factory=list)
+    """Names (learned checkpoints, baselines, any make_policy name); empty = every shipped checkpoint + BASELINES."""
+    out: str | None = None
+    quick: bool = False
+    progress: bool = True
+
+
+def default_policies() -> list[str]:
+    from policies.visuomotor import shipped_checkpoints
+
+    return shipped_checkpoints() + list(BASELINES)
+
+
+def build(name: str, env, seed: int):
+    """(policy, learned) for a report name."""
+    from policies import make_policy
+    from policies.visuomotor import VisuomotorPolicy
+
+    if name in BASELINES:
+        factory, kw = BASELINES[name]
+        if factory == "scripted":
+            return make_policy(factory, env=env, seed=seed, **kw), False
+        if factory == "random":
+            return make_policy(factory, seed=seed), False
+        return make_policy(factory, **kw), False
+    if name.startswith("noisy-") or name == "expert":
+        return make_policy(name, env=env, seed=seed), False
+    policy = make_policy(name, num_threads=1) if name.startswith("visuomotor") else make_policy(name)
+    return policy, isinstance(policy, VisuomotorPolicy)
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Success rate with its Wilson 95% interval and the mean level of a list of episode rows."""
+    k = sum(r["success"] for r in rows)
+    return {"episodes": len(rows), "success_rate": k / len(rows) if rows else None,
+            "success_ci95": wilson_interval(k, len(rows)),
+            "mean_level": float(np.mean([r["level"] for r in rows])) if rows else None}
+
+
+def inference_timing(policy, observation: dict, instruction: str, batch: int = 8, repeats: int = 50) -> dict:
+    """Median ms of one ``infer`` (batch 1) and of one ``infer_batch`` over ``batch`` rows."""
+    policy.reset(instruction)
+    for _ in range(5):
+        policy.infer(observation)
+    single = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        policy.infer(observation)
+        single.append(time.perf_counter() - t)
+    rows = {k: np.stack([np.asarray(v)] * batch) for k, v in observation.items()}
+    batched = []
+    for _ in range(max(5, repeats // 5)):
+        t = time.perf_counter()
+        policy.infer_batch(rows, [instruction] * batch)
+        batched.append(time.perf_counter() - t)
+    return {"infer_ms_batch1": 1000 * float(np.median(single)), "batch": batch,
+            "infer_ms_batched": 1000 * float(np.median(batched))}
+
+
+def run(args: Args) -> dict:
+    import gymnasium as gym
+    from tqdm import tqdm
+
+    import neuralsim  # noqa: F401  (registers the envs)
+    from neuralsim.envs.scene import get_scene
+    from neuralsim.envs.sim_droid import TASK_FAMILIES
+    from policies import run_episode
+
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+    names = args.policies or default_policies()
+    env_id = get_scene(args.scene).env_id
+    env = gym.make(env_id, reward_fn="ground_truth")
+    bar = tqdm(total=len(names) * args.episodes, desc="episodes", disable=not args.progress)
+    t0 = time.time()
+    report_rows, episodes = [], []
+    for name in names:
+        policy, learned = build(name, env, args.seed0)
+        if learned and policy.config.scene != args.scene:
+            raise ValueError(f"{name} was trained on the {policy.config.scene!r} scene, not {args.scene!r}")
+        rows, steps, infer_s, queries = [], 0, 0.0, 0
+        for i in range(args.episodes):
+            family = TASK_FAMILIES[i % len(TASK_FAMILIES)]
+            res = run_episode(env, policy, seed=args.seed0 + i, options={"task": family})
+            steps, infer_s, queries = steps + res.steps, infer_s + res.infer_seconds, queries + res.num_queries
+            rows.append({"policy": name, "seed": args.seed0 + i, "family": family, "instruction": res.instruction,
+                         "success": bool(res.info["success"]), "level": int(res.info["rubric_level"]),
+                         "steps": res.steps})
+            bar.update()
+        entry = {"name": name, "learned": learned, **summarise(rows),
+                 "per_task": {f: summarise([r for r in rows if r["family"] == f]) for f in TASK_FAMILIES},
+                 "infer_ms_per_step": 1000 * infer_s / max(1, steps), "infer_ms_per_query": 1000 * infer_s / max(
+                     1, queries)}
+        if learned:
+            obs, info = env.reset(seed=args.seed0)
+            entry["timing"] = inference_timing(policy, obs, info["instruction"])
+            entry["checkpoint"] = {"views": list(policy.config.views), "chunk_size": policy.config.chunk_size,
+                                   "scene": policy.config.scene, "step": policy.config.training.get("step"),
+                                   "episodes": policy.config.training.get("episodes")}
+        report_rows.append(entry)
+        episodes += rows
+    bar.close()
+    env.close()
+    return {"benchmark": "policy_success", "scene": args.scene, "env_id": env_id, "episodes_per_policy": args.episodes,
+            "seed0": args.seed0, "replan_every": 8, "policies": report_rows, "per_episode": episodes,
+            "seconds": round(time.time() - t0, 1)}
+
+
+def print_report(report: dict) -> None:
+    fams = list(report["policies"][0]["per_task"]) if report["policies"] else []
+    print(f"\n{report['env_id']}: {report['episodes_per_policy']} held-out episodes per policy "
+          f"(seeds {report['seed0']}+), {report['seconds']:.0f} s")
+    print(f"{'policy':22s} {'learned':>7s} {'success':>8s} {'95% CI':>13s} {'level':>6s}"
+          + "".join(f" {f:>12s}" for f in fams) + f" {'ms/query':>9s} {'ms/step':>8s}")
+    for p in report["policies"]:
+        lo, hi = p["success_ci95"]
+        cells = "".join(f" {p['per_task'][f]['success_rate']:12.0%}" for f in fams)
+        t = p.get("timing")
+        ms = f" {t['infer_ms_batch1']:9.2f} {p['infer_ms_per_step']:8.2f}" if t else ""
+        print(f"{p['name']:22s} {str(p['learned']):>7s} {p['success_rate']:8.0%} {f'[{lo:.2f}, {hi:.2f}]':>13s} "
+              f"{p['mean_level']:6.2f}{cells}{ms}")
+    for p in report["policies"]:
+        if p.get("timing"):
+            t = p["timing"]
+            print(f"{p['name']}: inference {t['infer_ms_batch1']:.2f} ms per query at batch 1 (1 thread), "
+                  f"{p['infer_ms_per_step']:.2f} ms per env step with 8-action chunks; one forward pass for "
+                  f"{t['batch']} rows {t['infer_ms_batched']:.2f} ms")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.policy_success", description=__doc__.split("\n\n")[0])
+    p.add_argument("--scene", default="classic", choices=("classic", "legible"),
+                   help="SimDROID scene: classic (SimDROID-v0, default) or legible (SimDROID-v1)")
+    p.add_argument("--episodes", type=int, default=30, help="held-out episodes per policy (default 30)")
+    p.add_argument("--seed0", type=int, default=SEED0, help="first seed (default %(default)s, held out from training)")
+    p.add_argument("--policy", dest="policies", action="append", default=None,
+                   help="a policy (repeatable): a shipped checkpoint, visuomotor:PATH, expert, noisy-<std>, random, "
+                        "zero, ...; default: every shipped checkpoint and the baselines")
+    p.add_argument("--quick", action="store_true", help="3 episodes per policy")
+    p.add_argument("--out", default=None, help=out_help("policy_success"))
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    a = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    args = Args(scene=a.scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0, policies=a.policies or [],
+                out=a.out, quick=a.quick, progress=a.progress)
+    report = run(args)
+    print_report(report)
+    name = "policy_success" if args.scene == "classic" else f"policy_success_{args.scene}"
+    path = results_path(name, quick=args.quick, out=args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"JSON: {path}")
+
+
+if __name__ == "__main__":
+    main()

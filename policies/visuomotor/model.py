@@ -1,0 +1,241 @@
+"""The visuomotor network: camera views + joint and gripper state + instruction tokens -> an action chunk.
+
+One self-contained file in the diffusers / nanoGPT manner: config, helpers, view encoder, network, checkpoint
+I/O.  Per view (each its own small CNN)::
+
+    image (3, 64, 64) -> conv s2 -> (C0, 32, 32) -> conv -> FiLM(instruction) -> conv s2 -> (C2, 16, 16)
+      -> conv -> FiLM(instruction) -> spatial softmax: one (x, y) keypoint per channel  + max-pooled activations
+
+FiLM from the instruction lets a channel fire on "the red cube" rather than on every cube, and the spatial
+softmax (Levine et al. 2016; Diffusion Policy's image encoder) turns where it fires into coordinates.  The
+keypoints of every view, the normalised joint and gripper state and the instruction embedding go through an
+MLP to ``chunk_size`` actions: 7 normalised joint velocities (tanh, in [-1, 1]) and a gripper logit (sigmoid
+at inference).  An auxiliary head predicts where the target cube and the goal (bowl, pad or base cube) lie on
+the table; it is trained on the simulator's labels and plays no part in acting.
+
+Checkpoints are ``config.json`` + ``model.safetensors`` (never a pickle); :meth:`VisuomotorNet.from_pretrained`
+refuses missing or unexpected tensors, NaN/inf weights and a config with unknown fields, by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import CheckpointError
+from .tokens import COLOURS, FAMILIES
+
+#: The three DROID camera names a config may choose from.
+VIEW_NAMES = ("exterior_image_1_left", "exterior_image_2_left", "wrist_image_left")
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+@dataclass
+class VisuomotorConfig:
+    """Everything that shapes a visuomotor network; saved as ``config.json`` beside its weights."""
+
+    views: tuple[str, ...] = ("exterior_image_1_left", "wrist_image_left")
+    """Camera views the policy reads, a non-empty subset of the three DROID views."""
+    image_size: int = 64
+    """Side of the square images the network reads; other sizes are letterboxed to it (openpi's rule)."""
+    chunk_size: int = 12
+    """Actions per chunk (H); the :class:`~policies.base.ChunkedController` executes the first 8."""
+    channels: tuple[int, int, int, int] = (16, 32, 32, 32)
+    """Channels of the four convolutions of each view's encoder; the last is the number of keypoints."""
+    hidden: int = 256
+    """Width of the MLP from features to the action chunk."""
+    embed: int = 32
+    """Width of each instruction token's embedding (family, target colour, base colour)."""
+    families: tuple[str, ...] = FAMILIES
+    """Task-family vocabulary (token order)."""
+    colours: tuple[str, ...] = COLOURS
+    """Colour vocabulary (token order after <none> and <unk>)."""
+    state_mean: tuple[float, ...] = (0.0,) * 8
+    """Mean of (7 joint positions, gripper position) over the training data, for normalisation."""
+    state_std: tuple[float, ...] = (1.0,) * 8
+    """Std of the same, for normalisation."""
+    scene: str = "classic"
+    """SimDROID scene of the training data (``classic`` = SimDROID-v0, ``legible`` = SimDROID-v1)."""
+    action_mode: str = "joint_velocity"
+    """What the first 7 numbers of an action are (only DROID's normalised joint velocities are trained)."""
+    training: dict = field(default_factory=dict)
+    """How the weights were made (command options, steps, data, seed); informational."""
+
+    def __post_init__(self) -> None:
+        self.views = tuple(self.views)
+        self.channels = tuple(int(c) for c in self.channels)
+        self.families, self.colours = tuple(self.families), tuple(self.colours)
+        self.state_mean, self.state_std = tuple(map(float, self.state_mean)), tuple(map(float, self.state_std))
+        bad = [v for v in self.views if v not in VIEW_NAMES]
+        if not self.views or bad or len(set(self.views)) != len(self.views):
+            raise ValueError(f"views must be distinct names from {VIEW_NAMES}, got {self.views}")
+        if self.image_size < 16 or self.image_size % 4:
+            raise ValueError(f"image_size must be a multiple of 4 and >= 16, got {self.image_size}")
+        if not 1 <= self.chunk_size <= 64:
+            raise ValueError(f"chunk_size must be in [1, 64], got {self.chunk_size}")
+        if len(self.channels) != 4 or min(self.channels) < 1:
+            raise ValueError(f"channels must be 4 positive ints, got {self.channels}")
+        if len(self.state_mean) != 8 or len(self.state_std) != 8 or min(self.state_std) <= 0:
+            raise ValueError(f"state_mean/state_std must be 8 numbers (std > 0), got {self.state_mean}, "
+                             f"{self.state_std}")
+        if self.action_mode != "joint_velocity":
+            raise ValueError(f"action_mode must be 'joint_velocity', got {self.action_mode!r}")
+
+    @property
+    def keypoints(self) -> int:
+        """Keypoints per view (the last convolution's channels)."""
+        return self.channels[-1]
+
+    @property
+    def feature_dim(self) -> int:
+        """Features per view: (x, y) per keypoint plus one max-pooled activation per channel."""
+        return 3 * self.keypoints
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "VisuomotorConfig":
+        data = json.loads(text)
+        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise CheckpointError(f"config has unknown fields {unknown}; known: "
+                                  f"{[f.name for f in dataclasses.fields(cls)]}")
+        return cls(**data)
+
+
+# ----------------------------------------------------------------------------- helpers
+def spatial_softmax(features: torch.Tensor) -> torch.Tensor:
+    """Expected (x, y) in [-1, 1] of each channel's softmax over positions: (B, C, H, W) -> (B, C, 2)."""
+    b, c, h, w = features.shape
+    attention = features.flatten(2).softmax(-1).view(b, c, h, w)
+    ys = torch.linspace(-1.0, 1.0, h, device=features.device, dtype=features.dtype)
+    xs = torch.linspace(-1.0, 1.0, w, device=features.device, dtype=features.dtype)
+    x = (attention.sum(2) * xs).sum(-1)  # (B, C)
+    y = (attention.sum(3) * ys).sum(-1)  # (B, C)
+    return torch.stack([x, y], dim=-1)
+
+
+class FiLM(nn.Module):
+    """Feature-wise affine modulation ``x * (1 + gamma(c)) + beta(c)``, starting as the identity."""
+
+    def __init__(self, condition_dim: int, channels: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(condition_dim, 2 * channels)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, x: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
+        gamma, beta = self.proj(condition)[:, :, None, None].chunk(2, dim=1)  # (B, C, 1, 1) each
+        return x * (1 + gamma) + beta
+
+
+# ----------------------------------------------------------------------------- view encoder
+class ViewEncoder(nn.Module):
+    """One view's CNN: (B, 3, S, S) uint8-range floats in [0, 1] -> (B, 3 * keypoints) features."""
+
+    def __init__(self, channels: tuple[int, int, int, int], condition_dim: int) -> None:
+        super().__init__()
+        c0, c1, c2, c3 = channels
+        self.conv0 = nn.Conv2d(3, c0, 3, stride=2, padding=1)
+        self.conv1 = nn.Conv2d(c0, c1, 3, padding=1)
+        self.conv2 = nn.Conv2d(c1, c2, 3, stride=2, padding=1)
+        self.conv3 = nn.Conv2d(c2, c3, 3, padding=1)
+        self.film1, self.film3 = FiLM(condition_dim, c1), FiLM(condition_dim, c3)
+
+    def forward(self, image: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv0(image * 2 - 1))                  # (B, c0, S/2, S/2)
+        x = F.relu(self.film1(self.conv1(x), condition))       # (B, c1, S/2, S/2)
+        x = F.relu(self.conv2(x))                              # (B, c2, S/4, S/4)
+        x = self.film3(self.conv3(x), condition)               # (B, c3, S/4, S/4)
+        points = spatial_softmax(x).flatten(1)                 # (B, 2 * c3)
+        peak = x.flatten(2).amax(-1)                           # (B, c3)
+        return torch.cat([points, peak], dim=1)
+
+
+# ----------------------------------------------------------------------------- network
+class VisuomotorNet(nn.Module):
+    """Views + state + instruction tokens -> (arm chunk, gripper logits, auxiliary object positions).
+
+    ``forward(images, state, tokens)``: ``images`` (B, V, 3, S, S) float in [0, 1] in ``config.views`` order,
+    ``state`` (B, 8) raw joint positions and gripper, ``tokens`` (B, 3) long.  Returns ``arm`` (B, H, 7) in
+    [-1, 1], ``gripper_logits`` (B, H) and ``aux`` (B, 4): target cube xy and goal xy [m].
+    """
+
+    def __init__(self, config: VisuomotorConfig) -> None:
+        super().__init__()
+        self.config = config
+        e = config.embed
+        self.family_embed = nn.Embedding(len(config.families), e)
+        self.colour_embed = nn.Embedding(len(config.colours) + 2, e)  # <none>, <unk>, colours
+        self.encoders = nn.ModuleList(ViewEncoder(config.channels, 3 * e) for _ in config.views)
+        self.register_buffer("state_mean", torch.tensor(config.state_mean), persistent=False)
+        self.register_buffer("state_std", torch.tensor(config.state_std), persistent=False)
+        width = len(config.views) * config.feature_dim + 8 + 3 * e
+        self.trunk = nn.Sequential(nn.Linear(width, config.hidden), nn.GELU(),
+                                   nn.Linear(config.hidden, config.hidden), nn.GELU())
+        self.action_head = nn.Linear(config.hidden, config.chunk_size * 8)
+        self.aux_head = nn.Linear(config.hidden, 4)
+
+    def instruction_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(B, 3) tokens -> (B, 3 * embed): family, target colour and base colour embeddings side by side."""
+        return torch.cat([self.family_embed(tokens[:, 0]), self.colour_embed(tokens[:, 1]),
+                          self.colour_embed(tokens[:, 2])], dim=1)
+
+    def forward(self, images: torch.Tensor, state: torch.Tensor, tokens: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, v = images.shape[:2]
+        if v != len(self.encoders):
+            raise ValueError(f"expected {len(self.encoders)} views {self.config.views}, got {v}")
+        words = self.instruction_embedding(tokens)
+        feats = [enc(images[:, i], words) for i, enc in enumerate(self.encoders)]
+        s = (state - self.state_mean) / self.state_std
+        h = self.trunk(torch.cat([*feats, s, words], dim=1))
+        out = self.action_head(h).view(b, self.config.chunk_size, 8)  # (B, H, 8)
+        return torch.tanh(out[..., :7]), out[..., 7], self.aux_head(h)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` and float32 ``model.safetensors`` to ``directory`` (created)."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        tensors = {k: t.detach().to("cpu", torch.float32).contiguous() for k, t in self.state_dict().items()}
+        save_file(tensors, str(d / WEIGHTS_FILE), metadata={"format": "neuralsim-visuomotor-1"})
+        (d / CONFIG_FILE).write_text(self.config.to_json() + "\n")
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> "VisuomotorNet":
+        """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` naming what is
+        wrong."""
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            if not (d / name).is_file():
+                raise CheckpointError(f"{str(d)!r} has no {name}; a visuomotor checkpoint is {CONFIG_FILE} + "
+                                      f"{WEIGHTS_FILE}")
+        try:
+            config = VisuomotorConfig.from_json((d / CONFIG_FILE).read_text())
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{str(d / CONFIG_FILE)!r} is not a valid visuomotor config: {e}") from e
+        model = cls(config)
+        tensors = load_file(str(d / WEIGHTS_FILE), device="cpu")
+        expected = set(model.state_dict())
+        missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+        if missing or unexpected:
+            raise CheckpointError(f"{str(d / WEIGHTS_FILE)!r} does not match its config: missing {missing[:5]}, "
+                                  f"unexpected {unexpected[:5]}")
+        bad = [k for k, t in tensors.items() if not torch.isfinite(t).all()]
+        if bad:
+            raise CheckpointError(f"{str(d / WEIGHTS_FILE)!r} holds NaN/inf in {bad[:5]}")
+        model.load_state_dict(tensors)
+        return model.to(device).eval()

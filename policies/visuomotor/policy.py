@@ -1,0 +1,188 @@
+"""A visuomotor checkpoint behind the :class:`~policies.base.Policy` protocol, single or batched.
+
+::
+
+    from policies import make_policy, run_episode
+    policy = make_policy("visuomotor-s3000")                 # a shipped checkpoint (available_policies())
+    policy = VisuomotorPolicy.from_pretrained("runs/visuomotor/snapshots/visuomotor-s3000")   # any directory
+    result = run_episode(gym.make("SimDROID-v0"), policy, seed=1_000_000)
+
+The policy reads only what a real DROID policy gets: the camera views named in its config, ``joint_position``,
+``gripper_position`` and the instruction (tokenised by :mod:`policies.visuomotor.tokens`).  Images of another
+size are letterboxed to the checkpoint's (openpi's resize with pad); images that are not (H, W, 3) uint8 (or float
+in [0, 1]) are refused by name, as are missing keys and states of the wrong size.  ``infer`` returns a chunk of
+``chunk_size`` actions; :func:`~policies.base.run_episode` executes the first 8 (openpi's DROID setting).
+:meth:`VisuomotorPolicy.infer_batch` answers N observations (a vector env's batch) in one forward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import CheckpointError, PolicyInputError
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+TRAIN_HINT = ("train them with `neuralsim train-policy --data DATA --out runs/visuomotor --ship` on data from "
+              "`neuralsim data generate DATA --episodes 300` (README, 'Visuomotor baselines')")
+
+
+def shipped_checkpoints() -> list[str]:
+    """Names of the checkpoints shipped in the package (``policies/visuomotor/weights/NAME``); no torch import."""
+    if not WEIGHTS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in WEIGHTS_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def resolve_checkpoint(name_or_path: str | Path) -> Path:
+    """A checkpoint directory from a shipped name, a local directory, or a Hugging Face hub id in the local cache.
+
+    Raises:
+        CheckpointError: none of these (the message lists the shipped names and the training command).
+    """
+    text = str(name_or_path)
+    shipped = WEIGHTS_DIR / text
+    if "/" not in text and (shipped / "config.json").is_file():
+        if not (shipped / "model.safetensors").is_file():
+            raise CheckpointError(f"the shipped checkpoint {text!r} has no weights ({shipped}/model.safetensors); "
+                                  + TRAIN_HINT)
+        return shipped
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    if text.count("/") == 1 and not text.startswith((".", "/", "~")):  # "org/name": a hub id
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(text, local_files_only=True))
+        except ImportError:
+            reason = "huggingface_hub is not installed"
+        except Exception as e:  # noqa: BLE001 -- any hub failure becomes one clear error
+            reason = f"it is not in the local Hugging Face cache ({type(e).__name__})"
+        raise CheckpointError(f"{text!r} is not a local directory and looks like a hub id, but {reason}; this "
+                              "machine cannot download: put the checkpoint (config.json + model.safetensors) in a "
+                              f"directory and pass its path. Shipped checkpoints: {shipped_checkpoints()}")
+    names = ", ".join(shipped_checkpoints()) or "none shipped"
+    raise CheckpointError(f"no visuomotor checkpoint {text!r}: not a shipped name ({names}) and not a directory; "
+                          + TRAIN_HINT)
+
+
+def _image(observation: dict, key: str, size: int) -> np.ndarray:
+    from ..openpi_client import letterbox
+
+    if key not in observation:
+        raise PolicyInputError(f"observation has no {key!r} (keys {sorted(observation)}); this policy reads "
+                               f"{key!r}")
+    img = np.asarray(observation[key])
+    if img.ndim != 3 or img.shape[2] != 3 or not (img.dtype == np.uint8 or np.issubdtype(img.dtype, np.floating)):
+        raise PolicyInputError(f"observation[{key!r}] must be an (H, W, 3) uint8 image (or float in [0, 1]), got "
+                               f"shape {img.shape} dtype {img.dtype}")
+    return letterbox(img, size, size)
+
+
+def _state(observation: dict, key: str, size: int) -> np.ndarray:
+    if key not in observation:
+        raise PolicyInputError(f"observation has no {key!r} (keys {sorted(observation)})")
+    arr = np.asarray(observation[key], dtype=np.float32)
+    if arr.size != size or not np.all(np.isfinite(arr)):
+        raise PolicyInputError(f"observation[{key!r}] must be {size} finite numbers, got shape {arr.shape}")
+    return arr.reshape(size)
+
+
+class VisuomotorPolicy:
+    """A trained visuomotor network as a :class:`~policies.base.Policy`.
+
+    Args:
+        model: a :class:`~policies.visuomotor.model.VisuomotorNet`.
+        device: torch device for inference.
+        num_threads: torch CPU threads to set (None: leave torch's setting alone).
+
+    Attributes:
+        config: the checkpoint's :class:`~policies.visuomotor.model.VisuomotorConfig`.
+        server_metadata: what :class:`~policies.server.PolicyServer` sends first (the image resolution the model
+            reads, so openpi clients send the views at that size, the cameras and the action mode).
+    """
+
+    action_mode = "joint_velocity"
+
+    def __init__(self, model, device: str = "cpu", num_threads: int | None = None):
+        import torch
+
+        if num_threads is not None:
+            torch.set_num_threads(int(num_threads))
+        self.model = model.to(device).eval()
+        self.config = model.config
+        self.device = device
+        self.name = getattr(model, "name", None)
+        self._tokens: tuple[int, int, int] | None = None
+        s = self.config.image_size
+        self.server_metadata = {"action_mode": self.action_mode, "image_resolution": [s, s],
+                                "cameras": list(self.config.views), "chunk_size": self.config.chunk_size}
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, device: str = "cpu",
+                        num_threads: int | None = None) -> "VisuomotorPolicy":
+        """Load a shipped name (:func:`shipped_checkpoints`), a checkpoint directory or a cached hub id."""
+        from .model import VisuomotorNet
+
+        path = resolve_checkpoint(name_or_path)
+        model = VisuomotorNet.from_pretrained(path)
+        model.name = str(name_or_path)
+        return cls(model, device=device, num_threads=num_threads)
+
+    # ------------------------------------------------------------------ Policy protocol
+    def reset(self, instruction: str) -> None:
+        """Tokenise the episode's instruction (raises InstructionError for one the policy cannot read)."""
+        from .tokens import instruction_tokens
+
+        self._tokens = instruction_tokens(instruction, self.config.families, self.config.colours)
+
+    def infer(self, observation: dict[str, Any]) -> np.ndarray:
+        """The action chunk (chunk_size, 8) float32 for one observation (after :meth:`reset`)."""
+        if self._tokens is None:
+            raise RuntimeError("call reset(instruction) before infer(observation)")
+        batch = {k: np.asarray(v)[None] for k, v in observation.items()}
+        return self._forward(batch, [self._tokens])[0]
+
+    def infer_batch(self, observations: dict[str, Any], instructions: Sequence[str]) -> np.ndarray:
+        """Chunks (N, chunk_size, 8) for N observations at once (a vector env's batched dict) in one pass."""
+        from .tokens import instruction_tokens
+
+        tokens = [instruction_tokens(t, self.config.families, self.config.colours) for t in instructions]
+        return self._forward(observations, tokens)
+
+    # ------------------------------------------------------------------ inference
+    def preprocess(self, observations: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Batched images (N, V, 3, S, S) uint8 and states (N, 8) float32 from a batched observation dict."""
+        s = self.config.image_size
+        images = np.empty((n, len(self.config.views), 3, s, s), np.uint8)
+        state = np.empty((n, 8), np.float32)
+        for key in (*self.config.views, "joint_position", "gripper_position"):
+            if key not in observations:
+                raise PolicyInputError(f"observation has no {key!r} (keys {sorted(observations)}); this policy "
+                                       f"reads {list(self.config.views)}, joint_position and gripper_position")
+            if len(observations[key]) != n:
+                raise PolicyInputError(f"observation[{key!r}] has {len(observations[key])} rows, expected {n}")
+        for i in range(n):
+            row = {k: observations[k][i] for k in (*self.config.views, "joint_position", "gripper_position")}
+            for v, key in enumerate(self.config.views):
+                images[i, v] = _image(row, key, s).transpose(2, 0, 1)
+            state[i, :7] = _state(row, "joint_position", 7)
+            state[i, 7:] = _state(row, "gripper_position", 1)
+        return images, state
+
+    def _forward(self, observations: dict[str, Any], tokens: list[tuple[int, int, int]]) -> np.ndarray:
+        import torch
+
+        images, state = self.preprocess(observations, len(tokens))
+        with torch.inference_mode():
+            x = torch.from_numpy(images).to(self.device).float().div_(255)
+            arm, grip, _ = self.model(x, torch.from_numpy(state).to(self.device),
+                                      torch.tensor(tokens, dtype=torch.long, device=self.device))
+            chunk = torch.cat([arm, torch.sigmoid(grip)[..., None]], dim=-1)  # (N, H, 8)
+        return chunk.cpu().numpy().astype(np.float32)

@@ -1,0 +1,411 @@
+"""Behaviour cloning of the visuomotor policies on SimDROID demonstrations: ``neuralsim train-policy``.
+
+Usage:
+    neuralsim data generate data/bc_classic --episodes 300 --seed 0 --noise 0 0.3 --failure-share 0.3
+    neuralsim train-policy --data data/bc_classic --out runs/visuomotor --ship   # the shipped checkpoints
+
+The demonstrations are the successful episodes of datasets written by ``neuralsim data generate`` (expert and
+noisy expert; episodes with a failure mode are left out unless ``--include-failure-modes``).  Every frame is a
+sample: the chosen views and the joint and gripper state at that frame, the instruction's tokens, and as target
+the next ``chunk_size`` actions (past the episode's end, its last action: a hold).  Loss: L1 on the 7 joint
+commands, binary cross-entropy on the gripper, and an auxiliary MSE on where the target cube (before it is
+touched) and the goal lie, from the episode's recorded poses.  Images are shifted by up to 4 px (DrQ) and the
+state jittered, so a policy does not need its arm exactly on a demonstration to act.
+
+One training run gives every checkpoint: ``--snapshots NAME=STEP,...`` saves the EMA weights at those steps
+(``runs/.../snapshots/NAME``); ``--ship`` also copies them into ``policies/visuomotor/weights/NAME``, where
+``make_policy(NAME)`` finds them.  Graded skill comes from the training steps.  Re-running the same command
+resumes from ``OUT/checkpoint.pt``; batches and augmentation come from a generator seeded by (seed, step), so a
+resumed run continues the same curve, and the same seed gives the same weights on one machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # torch is imported when training starts, so the CLI's --help stays instant
+    import torch
+
+log = logging.getLogger(__name__)
+
+#: The shipped checkpoints: name -> training step of the snapshot (one run, graded by training time).
+SHIPPED_SNAPSHOTS = "visuomotor-s150=150,visuomotor-s400=400,visuomotor-s1000=1000,visuomotor-s3000=3000"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+TRAIN_COMMAND = "neuralsim train-policy --data DATA --out runs/visuomotor --ship"
+
+
+@dataclass
+class TrainPolicyConfig:
+    """Options of ``neuralsim train-policy`` (one docstring per field; ``--help`` is generated from them)."""
+
+    data: str = dataclasses.field(default="data/bc_classic", metadata={"metavar": "DIR[,DIR...]"})
+    """Dataset directories written by ``neuralsim data generate``, comma-separated."""
+    out: str = "runs/visuomotor"
+    """Run directory: checkpoint.pt (resumable state), metrics.jsonl, snapshots/NAME."""
+    scene: str = dataclasses.field(default="classic", metadata={"choices": ("classic", "legible")})
+    """SimDROID scene the data must come from (classic = SimDROID-v0, legible = SimDROID-v1); recorded in every
+    checkpoint's config."""
+    steps: int = 3000
+    """Total optimiser steps (the run stops at the last snapshot if that is later)."""
+    snapshots: str = SHIPPED_SNAPSHOTS
+    """Checkpoints to save, NAME=STEP,... (EMA weights at that step)."""
+    ship: bool = False
+    """Copy the snapshots into policies/visuomotor/weights/NAME (the package's shipped checkpoints)."""
+    views: str = "exterior_image_1_left,wrist_image_left"
+    """Camera views the policy reads, comma-separated."""
+    chunk_size: int = 12
+    """Actions per predicted chunk (H)."""
+    batch_size: int = 64
+    """Samples per optimiser step."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate (linear warm-up over 100 steps, cosine decay to 10% at --steps)."""
+    ema: float = 0.995
+    """Decay of the weights' exponential moving average that the snapshots hold."""
+    aux_weight: float = 1.0
+    """Weight of the auxiliary object-position loss."""
+    max_episodes: int | None = None
+    """Use only the first N demonstrations (after filtering); None = all."""
+    include_failure_modes: bool = False
+    """Also clone successful episodes that had a failure mode injected."""
+    seed: int = 0
+    """Seed of the initial weights, the batches and the augmentation."""
+    checkpoint_every: int = 250
+    """Steps between resumable checkpoints (and at every snapshot and at the end)."""
+    num_threads: int = 1
+    """torch CPU threads."""
+    device: str = "cpu"
+    """torch device (cpu or cuda)."""
+    max_minutes: float | None = None
+    """Stop cleanly (checkpoint written, resumable) after this many minutes of training."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"--steps must be >= 1, got {self.steps}")
+        if self.batch_size < 1 or self.checkpoint_every < 1:
+            raise ValueError(f"--batch-size and --checkpoint-every must be >= 1, got {self.batch_size}, "
+                             f"{self.checkpoint_every}")
+        parse_snapshots(self.snapshots)
+
+    @property
+    def view_list(self) -> tuple[str, ...]:
+        return tuple(v.strip() for v in self.views.split(",") if v.strip())
+
+    @property
+    def data_roots(self) -> list[str]:
+        return [d.strip() for d in self.data.split(",") if d.strip()]
+
+    @property
+    def total_steps(self) -> int:
+        return max([self.steps, *parse_snapshots(self.snapshots).values()])
+
+
+def parse_snapshots(text: str) -> dict[str, int]:
+    """``"a=100,b=300"`` -> ``{"a": 100, "b": 300}``; ValueError quoting a bad item."""
+    out = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, sep, step = item.partition("=")
+        try:
+            n = int(step)
+        except ValueError:
+            n = -1
+        if not sep or not name or n < 1 or "/" in name:
+            raise ValueError(f"--snapshots item {item!r} is not NAME=STEP with a step >= 1")
+        out[name] = n
+    return out
+
+
+# ----------------------------------------------------------------------------- demonstrations
+@dataclass
+class Demonstrations:
+    """Every frame of the demonstrations as training samples (N rows)."""
+
+    images: "torch.Tensor"    # (N, V, 3, S, S) uint8
+    state: "torch.Tensor"     # (N, 8) float32: joint positions, gripper
+    chunks: "torch.Tensor"    # (N, H, 8) float32: the next H actions (past the end: the last action)
+    tokens: "torch.Tensor"    # (N, 3) long
+    aux: "torch.Tensor"       # (N, 4) float32: target xy, goal xy [m]
+    aux_mask: "torch.Tensor"  # (N, 4) float32: 1 where the label holds (the target before it is touched)
+    episodes: int
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+
+def _goal_xy(record: dict) -> list[float]:
+    poses = record["initial_poses"]
+    key = {"put_in_bowl": "bowl", "push_to_pad": "pad"}.get(record["family"], record.get("base"))
+    return [float(v) for v in poses[key][:2]]
+
+
+def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: int, scene: str = "classic",
+                        include_failure_modes: bool = False, max_episodes: int | None = None,
+                        progress: bool = True) -> Demonstrations:
+    """Read the successful episodes of ``roots`` into training samples (see the module docstring).
+
+    Raises:
+        DatasetError: a root is not a SimDROID dataset of ``scene``, or no episode qualifies.
+    """
+    import pyarrow.parquet as pq
+    import torch
+    from tqdm.auto import tqdm
+
+    from neuralsim.data.reader import DatasetError, detect_layout, list_episodes, load_episode
+    from neuralsim.data.writer import DATA_PATH, read_info
+    from neuralsim.envs.scene import get_scene
+
+    from .model import VIEW_NAMES
+    from .tokens import instruction_tokens
+
+    env_id = get_scene(scene).env_id
+    chosen = []
+    for root in roots:
+        if detect_layout(root) != "simdroid":
+            raise DatasetError(f"{root!r} is not a SimDROID dataset (write one with `neuralsim data generate`)")
+        source = (read_info(root) or {}).get("source")
+        if source != env_id:
+            raise DatasetError(f"{root!r} was generated in {source!r}, but --scene {scene} trains on {env_id}; "
+                               f"generate data with `neuralsim data generate DIR --scene {scene}` or pass the "
+                               "dataset's scene")
+        for rec in list_episodes(root):
+            if rec.get("success") and (include_failure_modes or rec.get("failure") is None):
+                chosen.append((root, rec))
+    if max_episodes is not None:
+        chosen = chosen[:max_episodes]
+    if not chosen:
+        raise DatasetError(f"no successful demonstrations in {roots}")
+    idx = [VIEW_NAMES.index(v) for v in views]
+    parts: dict[str, list] = {k: [] for k in ("images", "state", "chunks", "tokens", "aux", "aux_mask")}
+    for root, rec in tqdm(chosen, desc="reading demonstrations", unit="ep", disable=not progress):
+        ep = load_episode(root, rec, image_size=64)
+        t = len(ep)
+        frames = ep.frames[:, idx].transpose(0, 1, 4, 2, 3)  # (T, V, 3, S, S)
+        rows = np.minimum(np.arange(t)[:, None] + np.arange(chunk_size)[None], t - 1)  # (T, H)
+        levels = pq.read_table(Path(root) / DATA_PATH.format(episode_index=int(rec["episode_index"])),
+                               columns=["ground_truth.rubric_level"]).column(0).to_numpy()[:t]
+        touched = np.maximum.accumulate(levels >= 4)
+        target = [float(v) for v in rec["initial_poses"][rec["target"]][:2]]
+        parts["images"].append(np.ascontiguousarray(frames))
+        parts["state"].append(np.concatenate([ep.joint_position, ep.gripper_position], 1))
+        parts["chunks"].append(ep.actions[rows])
+        parts["tokens"].append(np.tile(instruction_tokens(rec["instruction"]), (t, 1)))
+        parts["aux"].append(np.tile(target + _goal_xy(rec), (t, 1)))
+        parts["aux_mask"].append(np.stack([~touched, ~touched, np.ones(t, bool), np.ones(t, bool)], 1))
+    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    return Demonstrations(
+        images=torch.from_numpy(cat["images"]), state=torch.from_numpy(cat["state"].astype(np.float32)),
+        chunks=torch.from_numpy(cat["chunks"].astype(np.float32)), tokens=torch.from_numpy(cat["tokens"]).long(),
+        aux=torch.from_numpy(cat["aux"].astype(np.float32)),
+        aux_mask=torch.from_numpy(cat["aux_mask"].astype(np.float32)), episodes=len(chosen))
+
+
+# ----------------------------------------------------------------------------- training
+#: Centre and scale of the auxiliary positions (table coordinates [m] -> about unit range).
+AUX_CENTRE, AUX_SCALE = (0.5, 0.0, 0.5, 0.0), 5.0
+
+
+def random_shift(images: "torch.Tensor", pad: int, generator: "torch.Generator") -> "torch.Tensor":
+    """Shift each image by a random integer offset in [-pad, pad] (edges replicated), DrQ's augmentation."""
+    import torch
+    import torch.nn.functional as F
+
+    b, c, h, w = images.shape
+    padded = F.pad(images, (pad,) * 4, mode="replicate")
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    rows = (dy[:, None] + torch.arange(h)[None])[:, None, :, None].expand(b, c, h, w)  # (B, C, H, W)
+    cols = (dx[:, None] + torch.arange(w)[None])[:, None, None, :].expand(b, c, h, w)
+    flat = padded.flatten(2)  # (B, C, (H + 2p) * (W + 2p))
+    return flat.gather(2, (rows * (w + 2 * pad) + cols).flatten(2)).view(b, c, h, w)
+
+
+def make_batch(demos: Demonstrations, batch_size: int, generator: "torch.Generator", device: str,
+               augment: bool = True) -> dict:
+    """One batch of samples drawn uniformly (with the augmentation when ``augment``)."""
+    import torch
+
+    i = torch.randint(0, len(demos), (batch_size,), generator=generator)
+    images = demos.images[i].float().div_(255)  # (B, V, 3, S, S)
+    state = demos.state[i].clone()
+    if augment:
+        b, v = images.shape[:2]
+        images = random_shift(images.flatten(0, 1), 4, generator).view_as(images)
+        state[:, :7] += 0.02 * torch.randn(b, 7, generator=generator)
+    return {"images": images.to(device), "state": state.to(device), "chunks": demos.chunks[i].to(device),
+            "tokens": demos.tokens[i].to(device), "aux": demos.aux[i].to(device),
+            "aux_mask": demos.aux_mask[i].to(device)}
+
+
+def bc_loss(model, batch: dict, aux_weight: float = 1.0) -> tuple["torch.Tensor", dict]:
+    """Behaviour-cloning loss of a batch and its parts (detached floats)."""
+    import torch
+    import torch.nn.functional as F
+
+    arm, grip_logits, aux = model(batch["images"], batch["state"], batch["tokens"])
+    target = batch["chunks"]
+    arm_loss = F.l1_loss(arm, target[..., :7].clamp(-1, 1))
+    grip_loss = F.binary_cross_entropy_with_logits(grip_logits, target[..., 7].clamp(0, 1))
+    centre = torch.tensor(AUX_CENTRE, device=aux.device)
+    err = (aux - (batch["aux"] - centre) * AUX_SCALE) ** 2 * batch["aux_mask"]
+    aux_loss = err.sum() / batch["aux_mask"].sum().clamp(min=1)
+    loss = arm_loss + grip_loss + aux_weight * aux_loss
+    return loss, {"loss": loss.item(), "arm_l1": arm_loss.item(), "gripper_bce": grip_loss.item(),
+                  "aux_mse": aux_loss.item()}
+
+
+def learning_rate(step: int, total: int, peak: float) -> float:
+    """Linear warm-up over 100 steps, then cosine decay to 10% of ``peak`` at ``total``."""
+    if step < 100:
+        return peak * (step + 1) / 100
+    frac = min(1.0, (step - 100) / max(1, total - 100))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def _seeded(seed: int, step: int) -> "torch.Generator":
+    import torch
+
+    return torch.Generator().manual_seed(int(seed) * 1_000_003 + int(step))
+
+
+def train(cfg: TrainPolicyConfig) -> dict:
+    """Run (or resume) one training run; returns a summary (steps run, snapshot paths, wall time)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .model import VisuomotorConfig, VisuomotorNet
+
+    torch.set_num_threads(cfg.num_threads)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    snapshots = parse_snapshots(cfg.snapshots)
+    total = cfg.total_steps
+    demos = load_demonstrations(cfg.data_roots, cfg.view_list, cfg.chunk_size, cfg.scene,
+                                cfg.include_failure_modes, cfg.max_episodes, cfg.progress)
+    mean = demos.state.mean(0)
+    std = demos.state.std(0).clamp(min=1e-2)
+    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "ship", "device")}
+    mcfg = VisuomotorConfig(views=cfg.view_list, chunk_size=cfg.chunk_size, scene=cfg.scene,
+                            state_mean=mean.tolist(), state_std=std.tolist(),
+                            training={"options": options, "episodes": demos.episodes, "samples": len(demos)})
+    torch.manual_seed(cfg.seed)
+    model = VisuomotorNet(mcfg).to(cfg.device)
+    ema = VisuomotorNet(mcfg).to(cfg.device)
+    ema.load_state_dict(model.state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    step = 0
+    ckpt = out / "checkpoint.pt"
+    if ckpt.is_file():
+        state = torch.load(ckpt, map_location=cfg.device, weights_only=True)
+        if state["options"] != {k: v for k, v in options.items() if k not in ("max_minutes", "checkpoint_every")}:
+            raise ValueError(f"{str(ckpt)!r} was written with other options; use a new --out or the same options "
+                             f"(it has {state['options']})")
+        model.load_state_dict(state["model"])
+        ema.load_state_dict(state["ema"])
+        opt.load_state_dict(state["optimizer"])
+        step = int(state["step"])
+        log.info("resuming %s at step %d", ckpt, step)
+
+    def save_checkpoint() -> None:
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "ema": ema.state_dict(), "optimizer": opt.state_dict(),
+                    "step": step, "options": {k: v for k, v in options.items()
+                                              if k not in ("max_minutes", "checkpoint_every")}}, tmp)
+        tmp.replace(ckpt)
+
+    def save_snapshot(name: str) -> Path:
+        ema.config.training = {**mcfg.training, "step": step}
+        path = ema.save_pretrained(out / "snapshots" / name)
+        return path
+
+    t0 = time.perf_counter()
+    bar = tqdm(total=total, initial=step, desc="train-policy", unit="step", disable=not cfg.progress)
+    metrics = (out / "metrics.jsonl").open("a")
+    stopped_early = False
+    while step < total:
+        if cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes:
+            stopped_early = True
+            break
+        model.train()
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, cfg.steps, cfg.lr)
+        batch = make_batch(demos, cfg.batch_size, _seeded(cfg.seed, step), cfg.device)
+        loss, parts = bc_loss(model, batch, cfg.aux_weight)
+        if not math.isfinite(parts["loss"]):
+            raise RuntimeError(f"non-finite loss at step {step}: {parts}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        decay = min(cfg.ema, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for pe, pm in zip(ema.parameters(), model.parameters()):
+                pe.lerp_(pm, 1 - decay)
+        step += 1
+        bar.update()
+        if step % 25 == 0 or step == total:
+            bar.set_postfix(loss=f"{parts['loss']:.3f}", arm=f"{parts['arm_l1']:.3f}")
+            metrics.write(json.dumps({"step": step, "lr": group["lr"], **parts,
+                                      "seconds": round(time.perf_counter() - t0, 1)}) + "\n")
+            metrics.flush()
+        for name, at in snapshots.items():
+            if at == step:
+                save_snapshot(name)
+        if step % cfg.checkpoint_every == 0 or step in snapshots.values() or step == total:
+            save_checkpoint()
+    bar.close()
+    metrics.close()
+    save_checkpoint()
+    shipped = []
+    if cfg.ship and not stopped_early:
+        for name in snapshots:
+            src, dst = out / "snapshots" / name, WEIGHTS_DIR / name
+            if dst.exists():
+                shutil.rmtree(dst)
+            shutil.copytree(src, dst)
+            shipped.append(str(dst))
+    return {"steps": step, "total": total, "stopped_early": stopped_early, "episodes": demos.episodes,
+            "samples": len(demos), "seconds": round(time.perf_counter() - t0, 1),
+            "snapshots": {n: str(out / "snapshots" / n) for n, s in snapshots.items() if s <= step},
+            "shipped": shipped}
+
+
+# ----------------------------------------------------------------------------- command line
+def register_command(subparsers) -> None:
+    """Add ``train-policy`` to the ``neuralsim`` command line (the ``neuralsim.commands`` entry point)."""
+    import argparse
+
+    from neuralsim.world_model.arguments import add_arguments
+
+    p = subparsers.add_parser("train-policy", help="train the visuomotor policies (behaviour cloning, resumable)",
+                              description="Behaviour cloning of the visuomotor policies on the successful episodes of "
+                                          "SimDROID datasets (neuralsim data generate): one run, snapshots at "
+                                          "given steps, resumable (re-run the same command), seeded.",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="example:\n  neuralsim data generate data/bc_classic --episodes 300\n"
+                                     "  neuralsim train-policy --data data/bc_classic --out runs/visuomotor --ship\n"
+                                     "  neuralsim train-policy --scene legible --data data/bc_legible --out "
+                                     "runs/visuomotor_legible --ship")
+    add_arguments(p, TrainPolicyConfig)
+    p.set_defaults(func=run_command)
+
+
+def run_command(args) -> int:
+    from neuralsim.world_model.arguments import given
+
+    cfg = TrainPolicyConfig(**given(args, TrainPolicyConfig))
+    summary = train(cfg)
+    print(json.dumps(summary, indent=2))
+    return 0
