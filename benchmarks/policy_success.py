@@ -4,6 +4,7 @@ Usage:
     python -m benchmarks.policy_success                          # every shipped checkpoint + baselines, 30 episodes
     python -m benchmarks.policy_success --episodes 60 --policy visuomotor-s3000 --policy expert
     python -m benchmarks.policy_success --quick                  # 3 episodes each, *_quick.json
+    python -m benchmarks.policy_success --policy zero --update   # re-measure some, keep the report's others
 
 Episode ``i`` starts from SimDROID seed ``seed0 + i`` (default 2,000,000: no training set uses these seeds) with
 task family ``TASK_FAMILIES[i % 3]``, so every policy meets the same initial states and all families equally.
@@ -148,6 +149,15 @@ def run(args: Args) -> dict:
             "seconds": round(time.time() - t0, 1)}
 
 
+def merge_reports(old: dict, new: dict) -> dict:
+    """``old`` with the policies of ``new`` replacing (or joining) its own, in ``old``'s order then ``new``'s."""
+    fresh = {p["name"] for p in new["policies"]}
+    policies = [p for p in old["policies"] if p["name"] not in fresh] + new["policies"]
+    per_episode = [r for r in old["per_episode"] if r["policy"] not in fresh] + new["per_episode"]
+    return {**new, "policies": policies, "per_episode": per_episode,
+            "seconds": round(old.get("seconds", 0) + new["seconds"], 1)}
+
+
 def print_report(report: dict) -> None:
     fams = list(report["policies"][0]["per_task"]) if report["policies"] else []
     print(f"\n{report['env_id']}: {report['episodes_per_policy']} held-out episodes per policy "
@@ -178,6 +188,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--policy", dest="policies", action="append", default=None,
                    help="a policy (repeatable): a shipped checkpoint, visuomotor:PATH, expert, noisy-<std>, random, "
                         "zero, ...; default: every shipped checkpoint and the baselines")
+    p.add_argument("--update", action="store_true",
+                   help="merge into the existing report: the policies measured now replace theirs, the others stay "
+                        "(the report must have the same scene, episodes and seed0)")
     p.add_argument("--quick", action="store_true", help="3 episodes per policy")
     p.add_argument("--out", default=None, help=out_help("policy_success"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -187,10 +200,17 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     args = Args(scene=a.scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0, policies=a.policies or [],
                 out=a.out, quick=a.quick, progress=a.progress)
-    report = run(args)
-    print_report(report)
     name = "policy_success" if args.scene == "classic" else f"policy_success_{args.scene}"
     path = results_path(name, quick=args.quick, out=args.out)
+    old = json.loads(path.read_text()) if a.update and path.is_file() else None
+    if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"]) != (
+            args.scene, args.episodes, args.seed0):
+        raise SystemExit(f"--update: {path} has scene {old['scene']!r}, {old['episodes_per_policy']} episodes, seed0 "
+                         f"{old['seed0']}; run with the same settings or without --update")
+    report = run(args)
+    if old is not None:
+        report = merge_reports(old, report)
+    print_report(report)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"JSON: {path}")

@@ -11,8 +11,9 @@ real robot's DROID runtime.  From Python, the server runs in a background thread
 
 What the server does, per flavour:
 
-* ``"openpi"``: sends ``metadata`` (a map; by default the policy's ``action_mode`` if it declares
-  one) on connect; treats every message as an observation; answers ``{"actions": (H, 8) float32,
+* ``"openpi"``: sends ``metadata`` (a map; by default the policy's ``server_metadata`` attribute if it has
+  one, e.g. a visuomotor policy's image resolution and cameras, else its ``action_mode`` if it declares one) on
+  connect; treats every message as an observation; answers ``{"actions": (H, 8) float32,
   "server_timing": {"infer_ms": ...}}``.  The protocol has no reset message, so the policy is reset
   with the ``prompt`` when a connection sends its first observation or the prompt changes.
 * ``"roboarena"``: sends its :class:`~policies.roboarena_client.RoboArenaConfig` on connect;
@@ -98,7 +99,8 @@ class PolicyServer:
             self._hello = config.to_message()
         else:
             self.config = None
-            self._hello = dict(metadata) if metadata is not None else ({"action_mode": mode} if mode else {})
+            default = dict(getattr(policy, "server_metadata", None) or ({"action_mode": mode} if mode else {}))
+            self._hello = dict(metadata) if metadata is not None else default
         self._lock = threading.Lock()
         self._server = None
         self._thread: threading.Thread | None = None

@@ -54,6 +54,10 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
         return shipped
     path = Path(text).expanduser()
     if path.is_dir():
+        missing = [f for f in ("config.json", "model.safetensors") if not (path / f).is_file()]
+        if missing:
+            raise CheckpointError(f"{text!r} is a directory without {' and '.join(missing)}, so it holds no trained "
+                                  "visuomotor checkpoint; " + TRAIN_HINT)
         return path
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):  # "org/name": a hub id
         try:

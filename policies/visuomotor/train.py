@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 SHIPPED_SNAPSHOTS = "visuomotor-s150=150,visuomotor-s400=400,visuomotor-s1000=1000,visuomotor-s3000=3000"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 TRAIN_COMMAND = "neuralsim train-policy --data DATA --out runs/visuomotor --ship"
+#: Options that may change between the invocations of one resumed run.
+RUN_ONLY = ("max_minutes", "stop_at", "checkpoint_every", "num_threads", "progress")
 
 
 @dataclass
@@ -87,6 +89,8 @@ class TrainPolicyConfig:
     """torch device (cpu or cuda)."""
     max_minutes: float | None = None
     """Stop cleanly (checkpoint written, resumable) after this many minutes of training."""
+    stop_at: int | None = None
+    """Stop cleanly (checkpoint written, resumable) once this step is reached, before the end of the run."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -296,7 +300,7 @@ def train(cfg: TrainPolicyConfig) -> dict:
                                 cfg.include_failure_modes, cfg.max_episodes, cfg.progress)
     mean = demos.state.mean(0)
     std = demos.state.std(0).clamp(min=1e-2)
-    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "ship", "device")}
+    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "ship", "device", "out")}
     mcfg = VisuomotorConfig(views=cfg.view_list, chunk_size=cfg.chunk_size, scene=cfg.scene,
                             state_mean=mean.tolist(), state_std=std.tolist(),
                             training={"options": options, "episodes": demos.episodes, "samples": len(demos)})
@@ -309,7 +313,7 @@ def train(cfg: TrainPolicyConfig) -> dict:
     ckpt = out / "checkpoint.pt"
     if ckpt.is_file():
         state = torch.load(ckpt, map_location=cfg.device, weights_only=True)
-        if state["options"] != {k: v for k, v in options.items() if k not in ("max_minutes", "checkpoint_every")}:
+        if state["options"] != {k: v for k, v in options.items() if k not in RUN_ONLY}:
             raise ValueError(f"{str(ckpt)!r} was written with other options; use a new --out or the same options "
                              f"(it has {state['options']})")
         model.load_state_dict(state["model"])
@@ -321,8 +325,7 @@ def train(cfg: TrainPolicyConfig) -> dict:
     def save_checkpoint() -> None:
         tmp = ckpt.with_suffix(".tmp")
         torch.save({"model": model.state_dict(), "ema": ema.state_dict(), "optimizer": opt.state_dict(),
-                    "step": step, "options": {k: v for k, v in options.items()
-                                              if k not in ("max_minutes", "checkpoint_every")}}, tmp)
+                    "step": step, "options": {k: v for k, v in options.items() if k not in RUN_ONLY}}, tmp)
         tmp.replace(ckpt)
 
     def save_snapshot(name: str) -> Path:
@@ -335,7 +338,8 @@ def train(cfg: TrainPolicyConfig) -> dict:
     metrics = (out / "metrics.jsonl").open("a")
     stopped_early = False
     while step < total:
-        if cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes:
+        if (cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes) or (
+                cfg.stop_at is not None and step >= cfg.stop_at):
             stopped_early = True
             break
         model.train()
