@@ -150,23 +150,25 @@ class EpisodeSpec:
                    instruction=d["instruction"], metadata=d.get("metadata", {}))
 
     @classmethod
-    def from_simdroid(cls, seed: int, task: str | None = None, image_size: int = 64, env=None) -> "EpisodeSpec":
-        """Reset ``SimDROID-v0`` with ``seed`` (and task family) and take its first observation.
+    def from_simdroid(cls, seed: int, task: str | None = None, image_size: int = 64, env=None,
+                      scene: str = "classic") -> "EpisodeSpec":
+        """Reset SimDROID with ``seed`` (and task family) and take its first observation.
 
         ``env`` may be an existing :class:`~neuralsim.envs.sim_droid.SimDROIDEnv` of the right image size
-        (reused for speed); otherwise one is made and closed.
+        (reused for speed; its own scene is used); otherwise one of ``scene`` (``"classic"``: ``SimDROID-v0``,
+        ``"legible"``: ``SimDROID-v1``) is made and closed.
         """
         from .sim_droid import SimDROIDEnv
 
         own = env is None
-        env = SimDROIDEnv(image_size=image_size, reward_fn=None) if own else env
+        env = SimDROIDEnv(image_size=image_size, reward_fn=None, scene=scene) if own else env
         try:
             obs, info = env.reset(seed=int(seed), options={"task": task} if task else None)
         finally:
             if own:
                 env.close()
         meta = {
-            "source": "SimDROID-v0", "seed": int(seed), "task": info["task"], "target": info["target"],
+            "source": env.scene.env_id, "seed": int(seed), "task": info["task"], "target": info["target"],
             "base": info["base"], "object_poses": {k: np.asarray(v).round(6).tolist()
                                                    for k, v in info["object_poses"].items()},
         }
@@ -337,11 +339,11 @@ def default_episodes() -> EpisodeSet:
 
 
 def build_default(path: str | os.PathLike = DEFAULT_EPISODES_PATH, num: int = DEFAULT_NUM_EPISODES,
-                  seed_start: int = DEFAULT_SEED_START, image_size: int = 64) -> EpisodeSet:
-    """SimDROID specs for seeds ``seed_start ...``, task families in turn; written to ``path``."""
+                  seed_start: int = DEFAULT_SEED_START, image_size: int = 64, scene: str = "classic") -> EpisodeSet:
+    """SimDROID specs (of ``scene``) for seeds ``seed_start ...``, task families in turn; written to ``path``."""
     from .sim_droid import TASK_FAMILIES, SimDROIDEnv
 
-    env = SimDROIDEnv(image_size=image_size, reward_fn=None)
+    env = SimDROIDEnv(image_size=image_size, reward_fn=None, scene=scene)
     try:
         specs = EpisodeSet(EpisodeSpec.from_simdroid(seed_start + i, TASK_FAMILIES[i % len(TASK_FAMILIES)], env=env)
                            for i in range(num))
@@ -356,10 +358,12 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Build or list NeuralDROID episode sets.")
     p.add_argument("--build-default", action="store_true", help=f"rebuild {DEFAULT_EPISODES_PATH.name}")
     p.add_argument("--out", default=str(DEFAULT_EPISODES_PATH), help="where --build-default writes")
+    p.add_argument("--scene", choices=("classic", "legible"), default="classic",
+                   help="the SimDROID scene --build-default resets: classic (SimDROID-v0) or legible (SimDROID-v1)")
     p.add_argument("--list", nargs="?", const=str(DEFAULT_EPISODES_PATH), metavar="PATH", help="print a set's names")
     args = p.parse_args(argv)
     if args.build_default:
-        specs = build_default(args.out)
+        specs = build_default(args.out, scene=args.scene)
         print(f"wrote {len(specs)} episode specs to {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)")
     if args.list:
         for s in load_episodes(args.list):

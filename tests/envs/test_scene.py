@@ -115,3 +115,21 @@ def test_weak_grip_closes_only_to_the_legible_cubes_sides(legible):
     assert S.LEGIBLE.touch_grip < S.CLASSIC.touch_grip
     info, _ = run_expert_episode(legible, seed=1, task="put_in_bowl", failure="weak_grip")
     assert not info["success"]
+
+
+def test_an_episode_set_of_the_legible_scene(tmp_path):
+    """`--build-default --scene legible` writes specs that start from SimDROID-v1's own first observation."""
+    from neuralsim.envs.episodes import EpisodeSpec, load_episodes, main
+
+    out = tmp_path / "legible.npz"
+    main(["--build-default", "--scene", "legible", "--out", str(out)])
+    specs = list(load_episodes(out))
+    first = specs[0]
+    assert len(specs) == 24 and {s.metadata["source"] for s in specs} == {"SimDROID-v1"}
+    seed, task = first.metadata["seed"], first.metadata["task"]
+    again = EpisodeSpec.from_simdroid(seed, task, scene="legible")
+    classic = EpisodeSpec.from_simdroid(seed, task)
+    view = "exterior_image_1_left"
+    np.testing.assert_array_equal(first.views[view], again.views[view])
+    assert classic.metadata["source"] == "SimDROID-v0"
+    assert np.abs(first.views[view].astype(int) - classic.views[view].astype(int)).mean() > 5
