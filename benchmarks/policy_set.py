@@ -90,14 +90,17 @@ def resolve_policy(name: str) -> PolicyChoice:
             return PolicyChoice(name, "scripted", {"noise": noise_from_name(name)})
         except ValueError as e:
             raise UnknownPolicyError(str(e)) from None
-    prefix = name.split(":", 1)[0]
-    forms = available_policies()
-    known = set(forms) - {"openpi:HOST:PORT", "roboarena:HOST:PORT", "noisy-<std>", *_UNSUPPORTED}
-    if (":" in name and prefix in ("openpi", "roboarena")) or name in known:
+    if name in _UNSUPPORTED:
+        raise UnknownPolicyError(f"policy {name!r} replays recorded actions, which a benchmark cannot be given; "
+                                 "record them as a policy of your own (policies.register_policy)")
+    forms = [f for f in available_policies() if f not in ("noisy-<std>", *_UNSUPPORTED)]
+    exact = {f for f in forms if ":" not in f}
+    prefixes = {f.split(":", 1)[0] for f in forms if ":" in f}  # "openpi:HOST:PORT", "visuomotor:PATH", ...
+    if name in exact or (":" in name and name.split(":", 1)[0] in prefixes):
         return PolicyChoice(name, name, {})
     raise UnknownPolicyError(
-        f"unknown benchmark policy {name!r}; use a name of the graded set ({', '.join(graded)}), 'noisy-<std>', "
-        f"'openpi:HOST:PORT', 'roboarena:HOST:PORT' or a registered policy ({', '.join(sorted(known))})")
+        f"unknown benchmark policy {name!r}; use a name of the graded set ({', '.join(graded)}), 'noisy-<std>' or "
+        f"a policies.make_policy name ({', '.join(forms)})")
 
 
 def episode_starts(seed0: int, episodes: int) -> list[tuple[int, str]]:

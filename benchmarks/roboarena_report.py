@@ -1,0 +1,198 @@
+"""The RoboArena benchmark's report: two matplotlib PNGs and one static HTML page beside them.
+
+``write_report(summary, out)`` writes ``out/scatter.png`` (each policy's judged score in the world model, and the
+same judge on SimDROID's frames, against its true mean level, with 95% bootstrap intervals),
+``out/bars.png`` (success rates per policy in each world and by each judge; the per-policy bias split into the
+judge's and the world model's shares) and ``out/index.html`` (headline figures, leaderboard, comparisons,
+decomposition, the plots and the side-by-side videos listed in the summary).  The page needs no server and no
+script from the network; a small inline script marks ``<body>`` with how many of its images decoded
+(``data-images-ok="k/n"``) and how many videos it holds, which the test reads in a headless browser.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+
+def _f(x: Any, spec: str = ".2f") -> str:
+    return "&ndash;" if x is None else format(x, spec)
+
+
+def _ci(ci: list[float] | None, spec: str = ".2f") -> str:
+    return "" if not ci else f' <span class="ci">[{ci[0]:{spec}}, {ci[1]:{spec}}]</span>'
+
+
+def _err(value: float | None, ci: list[float] | None) -> list[float]:
+    if value is None or not ci:
+        return [0.0, 0.0]
+    return [max(0.0, value - ci[0]), max(0.0, ci[1] - value)]
+
+
+def write_plots(summary: dict, out: Path) -> dict[str, str]:
+    """``scatter.png`` and ``bars.png`` in ``out``; returns their file names by role."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in summary["rows"] if r["true_mean_level"] is not None]
+    top = 5.0 if summary["judge"].startswith("roboworld") else 1.0
+    fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=110)
+    for key, label, style in (("judged_mean", "judge in NeuralDROID (world model)", dict(fmt="o", color="C0")),
+                              ("sim_judged_mean", "same judge on SimDROID frames",
+                               dict(fmt="s", color="C1", mfc="none"))):
+        pts = [r for r in rows if r[key] is not None]
+        if not pts:
+            continue
+        x = [r["true_mean_level"] for r in pts]
+        y = [r[key] for r in pts]
+        xerr = list(zip(*[_err(r["true_mean_level"], r["true_mean_level_ci95"]) for r in pts]))
+        yerr = list(zip(*[_err(r[key], r[key + "_ci95"]) for r in pts]))
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, label=label, capsize=2, lw=0.8, ms=6, **style)
+        if key == "judged_mean":
+            for r in pts:
+                ax.annotate(r["policy"], (r["true_mean_level"], r[key]), fontsize=7, xytext=(4, 3),
+                            textcoords="offset points")
+    ax.plot([0, 5], [0, top], color="0.6", lw=0.8, ls="--", label="judged = true")
+    c = summary["comparisons"]["world_model"]
+    ax.set_title(f"Pearson {_f(c['pearson'], '.2f')}, Spearman {_f(c['spearman'], '.2f')} "
+                 f"({len(rows)} policies x {summary['episodes_per_policy']} episodes)", fontsize=9)
+    ax.set_xlabel("true mean rubric level in SimDROID (0-5)")
+    ax.set_ylabel(f"mean judged score ({summary['judge']})")
+    ax.set_xlim(-0.2, 5.2)
+    ax.set_ylim(-0.1 * top, 1.05 * top)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "scatter.png")
+    plt.close(fig)
+
+    names = [r["policy"] for r in summary["rows"]]
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(max(6.4, 0.62 * len(names) + 2), 6.6), dpi=110, sharex=True)
+    bars = (("true_success", "true (SimDROID)", "0.3"), ("judged_success", "judge in NeuralDROID", "C0"),
+            ("binary_success", "binary judge in NeuralDROID", "C2"), ("sim_judged_success", "judge on SimDROID", "C1"))
+    width = 0.8 / len(bars)
+    for k, (key, label, color) in enumerate(bars):
+        xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(names))]
+        vals = [r[key] if r[key] is not None else 0.0 for r in summary["rows"]]
+        errs = list(zip(*[_err(r[key], r[key + "_ci95"]) for r in summary["rows"]]))
+        a1.bar(xs, vals, width, yerr=errs, label=label, color=color, capsize=1.5, error_kw={"lw": 0.6})
+    a1.set_ylabel("success rate")
+    a1.set_ylim(0, 1.05)
+    a1.legend(fontsize=7, ncol=2)
+    a1.grid(axis="y", alpha=0.3)
+    for k, (key, label, color) in enumerate((("bias_judge", "judge's share (judge on SimDROID - true)", "C1"),
+                                             ("bias_world_model", "world model's share (NeuralDROID - SimDROID, "
+                                                                  "same judge)", "C0"))):
+        xs = [i + (k - 0.5) * 0.38 for i in range(len(names))]
+        vals = [r[key] if r[key] is not None else 0.0 for r in summary["rows"]]
+        errs = list(zip(*[_err(r[key], r[key + "_ci95"]) for r in summary["rows"]]))
+        a2.bar(xs, vals, 0.38, yerr=errs, label=label, color=color, capsize=1.5, error_kw={"lw": 0.6})
+    a2.plot(range(len(names)), [r["bias"] if r["bias"] is not None else 0.0 for r in summary["rows"]], "k_", ms=14,
+            mew=2, label="total bias (judged - true)")
+    a2.axhline(0, color="0.4", lw=0.8)
+    a2.set_ylabel("bias (judge scale)")
+    a2.legend(fontsize=7)
+    a2.grid(axis="y", alpha=0.3)
+    a2.set_xticks(range(len(names)))
+    a2.set_xticklabels(names, rotation=40, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "bars.png")
+    plt.close(fig)
+    return {"scatter": "scatter.png", "bars": "bars.png"}
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+.ci { color: #777; font-size: 0.85em; } .fail { color: #b00; }
+.head { font-size: 1.2em; } video { margin: 0.3em; border: 1px solid #ccc; image-rendering: pixelated; }
+figure { display: inline-block; margin: 0.5em; } img { max-width: 100%; }
+"""
+
+_CHECK = """
+<script>
+window.addEventListener("load", function () {
+  var imgs = Array.from(document.images), ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; });
+  document.body.setAttribute("data-images-ok", ok.length + "/" + imgs.length);
+  document.body.setAttribute("data-videos", String(document.querySelectorAll("video source").length));
+});
+</script>
+"""
+
+
+def write_html(summary: dict, out: Path, images: dict[str, str]) -> Path:
+    """``out/index.html`` from the summary and the plot file names."""
+    e = html.escape
+    d, c = summary["decomposition"], summary["comparisons"]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>RoboArena on ground truth</title>"
+             f"<style>{_STYLE}</style></head><body>",
+             "<h1>RoboArena on ground truth</h1>",
+             f"<p>{len(summary['policies'])} policies &times; {summary['episodes_per_policy']} episodes, closed loop "
+             f"in NeuralDROID-v0 (world model <code>{e(str(summary['world_model']))}</code>), scored by "
+             f"<code>{e(summary['judge'])}</code>; the same policies from the same initial states closed loop in "
+             f"SimDROID-v0, scored by ground truth. {summary['failed_episodes']} failed and "
+             f"{summary['unjudged_episodes']} unjudged episodes.</p>",
+             f"<p class='head' id='headline'>Pearson <b>{_f(summary['pearson'], '.3f')}</b>"
+             f"{_ci(summary['pearson_ci95'])}, Spearman <b>{_f(summary['spearman'], '.3f')}</b>"
+             f"{_ci(summary['spearman_ci95'])}, MMRV <b>{_f(summary['mmrv'], '.3f')}</b> "
+             f"(judged score vs true level; MMRV of judged vs true success rates)</p>",
+             "<h2>Leaderboard</h2><table id='leaderboard'><tr><th>policy</th><th>rank (judged / true)</th>"
+             "<th>judged score</th><th>judged success</th><th>binary judge success</th><th>true level</th>"
+             "<th>true success</th><th>bias</th><th>judge on SimDROID</th><th>episodes (failed, unjudged)</th></tr>"]
+    order = sorted(summary["rows"], key=lambda r: -(r["judged_mean"] if r["judged_mean"] is not None else -1))
+    for r in order:
+        parts.append(
+            f"<tr><td>{e(r['policy'])}</td><td>{_f(r.get('rank_judged'), 'g')} / {_f(r.get('rank_true'), 'g')}</td>"
+            f"<td>{_f(r['judged_mean'])}{_ci(r['judged_mean_ci95'])}</td>"
+            f"<td>{_f(r['judged_success'], '.0%')}{_ci(r['judged_success_ci95'], '.0%')}</td>"
+            f"<td>{_f(r['binary_success'], '.0%')}{_ci(r['binary_success_ci95'], '.0%')}</td>"
+            f"<td>{_f(r['true_mean_level'])}{_ci(r['true_mean_level_ci95'])}</td>"
+            f"<td>{_f(r['true_success'], '.0%')}{_ci(r['true_success_ci95'], '.0%')}</td>"
+            f"<td>{_f(r['bias'], '+.2f')}{_ci(r['bias_ci95'], '+.2f')}</td>"
+            f"<td>{_f(r['sim_judged_mean'])}{_ci(r['sim_judged_mean_ci95'])}</td>"
+            f"<td>{r['episodes']} (<span class='{'fail' if r['failed'] else ''}'>{r['failed']}</span>, "
+            f"{r['unjudged']})</td></tr>")
+    parts.append("</table>")
+    parts.append("<h2>Ranking agreement</h2><table id='comparisons'><tr><th>comparison</th><th>policies</th>"
+                 "<th>Pearson</th><th>Spearman</th><th>MMRV</th></tr>")
+    for key, v in c.items():
+        parts.append(f"<tr><td><b>{e(key)}</b>: {e(v['what'])}</td><td>{v['policies']}</td>"
+                     f"<td>{_f(v['pearson'], '.3f')}{_ci(v['pearson_ci95'])}</td>"
+                     f"<td>{_f(v['spearman'], '.3f')}{_ci(v['spearman_ci95'])}</td>"
+                     f"<td>{_f(v['mmrv'], '.3f')}</td></tr>")
+    parts.append("</table>")
+    parts.append(
+        f"<h2>Decomposition</h2><p id='decomposition'>The judge alone (on SimDROID's frames) ranks the policies at "
+        f"Spearman {_f(d['spearman_judge_on_sim'], '.3f')}; the world model under that fixed judge (NeuralDROID's "
+        f"frames vs SimDROID's) at {_f(d['spearman_world_model_vs_judge_on_sim'], '.3f')}. Mean absolute per-policy "
+        f"bias: world model {_f(d['mean_abs_bias_world_model'])}, judge {_f(d['mean_abs_bias_judge'])}. "
+        f"The larger ranking error is the <b>{e(str(d['blames']))}</b>'s.</p>")
+    parts.append("<h2>Plots</h2>" + "".join(f"<figure><img src='{e(src)}' alt='{e(role)}'><figcaption>{e(role)}"
+                                            f"</figcaption></figure>" for role, src in images.items()))
+    videos = [(r["policy"], v) for r in summary["rows"] for v in r.get("videos", [])]
+    if videos:
+        parts.append("<h2>Episodes side by side</h2><p>Left: NeuralDROID (the world model); right: SimDROID, the "
+                     "same policy from the same initial state.</p>")
+        for policy, v in videos:
+            parts.append(f"<figure><video controls loop muted width='390'><source src='{e(v)}' type='video/mp4'>"
+                         f"</video><figcaption>{e(policy)}: {e(Path(v).stem)}</figcaption></figure>")
+    errors = [(r["policy"], err) for r in summary["rows"] for err in r.get("errors", [])]
+    if errors:
+        parts.append("<h2>Failed episodes</h2><ul>" + "".join(f"<li class='fail'>{e(p)}: {e(err)}</li>"
+                                                              for p, err in errors) + "</ul>")
+    parts.append(_CHECK + "</body></html>\n")
+    path = out / "index.html"
+    path.write_text("\n".join(parts))
+    return path
+
+
+def write_report(summary: dict, out: str | Path) -> Path:
+    """Plots and ``index.html`` in ``out``; returns the page's path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return write_html(summary, out, write_plots(summary, out))

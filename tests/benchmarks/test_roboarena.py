@@ -1,0 +1,231 @@
+"""benchmarks.roboarena: its statistics on hand-made rows, and real runs (SimDROID, a tiny world model, the offline
+judge, an openpi server on loopback that dies, Ray on this machine, the report in headless Chromium)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import roboarena as RA
+from benchmarks.policy_set import resolve_policy
+from policies import UnknownPolicyError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+
+
+def cfg_for(checkpoint, out, **kw) -> RA.RoboArenaConfig:
+    base = dict(policies=["expert", "zero"], episodes=2, steps=6, checkpoint=str(checkpoint), out=str(out),
+                bootstrap=50, videos=1, progress=False)
+    return RA.RoboArenaConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def arena(tiny_checkpoint, tmp_path_factory):
+    """One in-process run: the expert and zero, 2 episodes of 6 steps each, on the tiny world model."""
+    import torch
+
+    torch.set_num_threads(1)
+    cfg = cfg_for(tiny_checkpoint, tmp_path_factory.mktemp("arena"))
+    return cfg, RA.run(cfg)
+
+
+# ----------------------------------------------------------------------------- arithmetic on hand-made rows
+def row(policy, episode, judged, true_level, sim_judged=None, binary=None, error=None):
+    return {"policy": policy, "episode": episode, "seed": episode, "error": error, "judged": judged,
+            "true_level": true_level, "true_success": true_level == 5, "sim_judged": sim_judged,
+            "binary": binary, "sim_binary": None}
+
+
+def test_summary_leaderboard_bias_decomposition_and_exclusions():
+    cfg = RA.RoboArenaConfig(policies=["a", "b", "c"], episodes=2, bootstrap=100, progress=False)
+    rows = [row("a", 0, 5.0, 5, 5.0, 1.0), row("a", 1, 4.0, 5, 5.0, 0.0),
+            row("b", 0, 4.0, 2, 2.0, 0.0), row("b", 1, None, 2, 2.0, 0.0),  # judge failed: unjudged, kept
+            row("c", 0, 5.0, 0, 0.0, 1.0), row("c", 1, 0.0, 0, 0.0, 0.0, error="SimDROID: PolicyConnectionError: x"),
+            row("c", 5, 5.0, 5, 5.0)]  # an episode beyond cfg.episodes: not counted
+    s = RA.summarise(cfg, rows)
+    by = {t["policy"]: t for t in s["rows"]}
+    assert by["a"]["judged_mean"] == 4.5 and by["a"]["true_success"] == 1.0 and by["a"]["judged_success"] == 0.5
+    assert by["a"]["bias"] == -0.5 and by["a"]["bias_world_model"] == -0.5 and by["a"]["bias_judge"] == 0.0
+    assert by["b"]["unjudged"] == 1 and by["b"]["judged_mean"] == 4.0 and by["b"]["true_mean_level"] == 2.0
+    assert by["b"]["bias_world_model"] == 2.0 and by["b"]["bias_judge"] == 0.0
+    assert by["c"]["failed"] == 1 and by["c"]["episodes"] == 2 and by["c"]["judged_mean"] == 5.0
+    assert by["c"]["errors"] == ["SimDROID: PolicyConnectionError: x"]
+    assert s["failed_episodes"] == 1 and s["unjudged_episodes"] == 1
+    # the world model flatters c (5 vs 0): its ranking c > a > b against the truth a > b > c
+    assert s["spearman"] == pytest.approx(-0.5) and s["comparisons"]["judge_on_sim"]["spearman"] == pytest.approx(1)
+    assert s["decomposition"]["blames"] == "world model"
+    assert s["decomposition"]["mean_abs_bias_judge"] == 0.0
+    lo, hi = by["a"]["judged_mean_ci95"]
+    assert 4.0 <= lo <= 4.5 <= hi <= 5.0
+    # judged success a 50%, b 0%, c 100% against the truth 100%, 0%, 0%: a and c each mis-ordered by 100 points
+    assert s["mmrv"] == pytest.approx((1 + 0 + 1) / 3)
+    assert s["comparisons"]["world_model_success"]["predicted"] == {"a": 0.5, "b": 0.0, "c": 1.0}
+    assert set(s) >= {"policies", "episodes_per_policy", "pearson", "spearman", "pearson_ci95", "spearman_ci95",
+                      "mmrv", "judge", "world_model", "report", "rows"}
+
+
+def test_mmrv_of_the_summary_is_simplers_on_success_rates():
+    cfg = RA.RoboArenaConfig(policies=["a", "c"], episodes=1, bootstrap=10, progress=False)
+    s = RA.summarise(cfg, [row("a", 0, 4.0, 5), row("c", 0, 5.0, 0)])
+    assert s["mmrv"] == pytest.approx(1.0)  # c judged above a, truly 0% against 100%
+
+
+def test_bad_input_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="episodes must be >= 1"):
+        RA.RoboArenaConfig(episodes=0)
+    with pytest.raises(ValueError, match="'roboworld:' or 'binary:'"):
+        RA.RoboArenaConfig(judge="wow:offline")
+    with pytest.raises(ValueError, match="repeat"):
+        RA.RoboArenaConfig(policies=["zero", "zero"])
+    with pytest.raises(UnknownPolicyError, match="unknown benchmark policy 'nope'"):
+        RA.run(RA.RoboArenaConfig(policies=["zero", "nope"], out="/nonexistent/never", progress=False))
+    with pytest.raises(UnknownPolicyError, match="recorded"):
+        resolve_policy("replay")
+    assert resolve_policy("expert+weak_grip").kwargs == {"failure": "weak_grip"}
+    assert resolve_policy("noisy-0.45").privileged and resolve_policy("openpi:127.0.0.1:9").factory.startswith("openpi")
+    assert RA.config_from_args(["--quick"]).policies == list(RA.QUICK_POLICIES)
+    assert RA.config_from_args(["--policy", "zero", "--episodes", "3", "--binary-judge", "none"]).binary_judge is None
+
+
+# ----------------------------------------------------------------------------- real runs
+def test_run_records_every_episode_and_resumes_without_recomputing(arena, monkeypatch):
+    cfg, summary = arena
+    out = Path(cfg.out)
+    rows = RA.read_rows(out / "episodes.jsonl")
+    assert sorted((r["policy"], r["episode"]) for r in rows) == [("expert", 0), ("expert", 1), ("zero", 0),
+                                                                  ("zero", 1)]
+    for r in rows:
+        assert r["error"] is None and r["judged"] is not None and 0 <= r["judged"] <= 5
+        assert r["true_level"] in (0, 2, 4, 5) and r["sim_judged"] is not None and r["binary"] in (0.0, 1.0)
+    assert (out / "videos" / "expert_0.mp4").stat().st_size > 0 and not (out / "videos" / "expert_1.mp4").exists()
+    assert summary["rows"][0]["videos"] == ["videos/expert_0.mp4"]
+    assert summary["report"] == str(out / "index.html") and (out / "scatter.png").is_file()
+    assert json.loads((out / "roboarena.json").read_text())["episodes"] == 4
+
+    def no_work(*a, **k):
+        raise AssertionError("a finished episode was recomputed")
+
+    monkeypatch.setattr(RA, "run_unit", no_work)
+    assert RA.run(cfg)["rows"] == summary["rows"]  # resumed: nothing to run, the same summary
+
+    # an interrupted run: the last line torn mid-write and one episode missing -> only that one runs again
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    (out / "episodes.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
+    calls = []
+    monkeypatch.setattr(RA, "run_unit", lambda c, name, idx, vd: calls.append((name, list(idx))) or
+                        [json.loads(lines[-1])])
+    RA.run(cfg)
+    assert calls == [(json.loads(lines[-1])["policy"], [json.loads(lines[-1])["episode"]])]
+    with pytest.raises(ValueError, match="other options"):
+        RA.run(replace(cfg, steps=7))
+
+
+def test_same_config_gives_the_same_rows(arena):
+    cfg, _ = arena
+    first = {(r["policy"], r["episode"]): r for r in RA.read_rows(Path(cfg.out) / "episodes.jsonl")}
+    again = RA.run_unit(cfg, "zero", [0, 1])
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("seconds", "video")}  # noqa: E731
+    assert [strip(r) for r in again] == [strip(first[("zero", 0)]), strip(first[("zero", 1)])]
+
+
+def test_a_dying_policy_server_fails_only_its_episodes(tiny_checkpoint, tmp_path):
+    from policies.server import PolicyServer
+    from policies.simple import ZeroPolicy
+
+    class Dying(ZeroPolicy):
+        """Answers 4 requests, then takes its server down (connections closed, port closed)."""
+
+        calls = 0
+
+        def infer(self, observation):
+            Dying.calls += 1
+            if Dying.calls == 4:
+                threading.Thread(target=server.shutdown, daemon=True).start()
+            return super().infer(observation)
+
+    server = PolicyServer(Dying(), port=0).start()
+    name = f"openpi:127.0.0.1:{server.port}"
+    cfg = cfg_for(tiny_checkpoint, tmp_path, policies=[name, "zero"], videos=0)
+    try:
+        summary = RA.run(cfg)
+    finally:
+        server.shutdown()
+    rows = RA.read_rows(tmp_path / "episodes.jsonl")
+    served = [r for r in rows if r["policy"] == name]
+    assert len(served) == 2 and all("PolicyConnectionError" in r["error"] for r in served)
+    assert all(r["error"] is None for r in rows if r["policy"] == "zero")
+    by = {t["policy"]: t for t in summary["rows"]}
+    assert by[name]["failed"] == 2 and by[name]["judged_mean"] is None and by["zero"]["failed"] == 0
+    assert summary["failed_episodes"] == 2
+    assert "PolicyConnectionError" in (tmp_path / "index.html").read_text()
+
+
+def test_a_failing_judge_keeps_the_rollout(tiny_checkpoint, tmp_path, monkeypatch):
+    import neuralsim.rewards
+
+    real = neuralsim.rewards.make_reward_fn
+
+    def make(spec):
+        judge = real(spec)
+
+        def flaky(episode):  # fails on the world model's episodes only
+            if episode.metadata.get("source") == "NeuralDROID-v0":
+                raise TimeoutError("judge backend timed out")
+            return judge(episode)
+        return flaky
+
+    monkeypatch.setattr(neuralsim.rewards, "make_reward_fn", make)
+    summary = RA.run(cfg_for(tiny_checkpoint, tmp_path, policies=["zero"], episodes=1, videos=0,
+                             binary_judge=None))
+    (r,) = RA.read_rows(tmp_path / "episodes.jsonl")
+    assert r["error"] is None and r["judged"] is None and "TimeoutError" in r["judge_error"]
+    assert r["true_level"] == 0 and r["sim_judged"] is not None  # the rollouts and the other judgement are kept
+    assert summary["unjudged_episodes"] == 1 and summary["rows"][0]["judged_mean"] is None
+
+
+@pytest.mark.slow
+def test_ray_workers_give_exactly_the_in_process_results(tiny_checkpoint, tmp_path):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'neuralsim[ray]')")
+    cfg = cfg_for(tiny_checkpoint, tmp_path / "local", policies=["random"], chunk=1, videos=0, binary_judge=None,
+                  ray_workers=2)  # two units, one per worker
+    local = RA.run(cfg)
+    remote = RA.run(replace(cfg, out=str(tmp_path / "ray"), ray=True))
+
+    def key(rows):
+        return sorted((json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True) for r in rows))
+
+    assert key(RA.read_rows(tmp_path / "ray" / "episodes.jsonl")) == key(RA.read_rows(tmp_path / "local" /
+                                                                                      "episodes.jsonl"))
+    assert remote["rows"] == local["rows"]
+
+
+# ----------------------------------------------------------------------------- the page in a real browser
+def chromium_dom(page: Path, profile: Path) -> str:
+    """``chromium --headless --dump-dom`` of a local page, after its load handlers ran."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("Debian's chromium is not installed; scripts/setup.sh installs it (apt-get install chromium)")
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+           "--allow-file-access-from-files", "--virtual-time-budget=5000", "--dump-dom", page.resolve().as_uri()]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(arena, tmp_path):
+    cfg, summary = arena
+    dom = chromium_dom(Path(summary["report"]), tmp_path / "profile")
+    assert 'data-images-ok="2/2"' in dom  # both PNGs decoded by the browser
+    assert 'data-videos="2"' in dom  # one side-by-side video per policy
+    assert dom.count("<tr>") >= 1 + 2 + 1 + len(summary["comparisons"])  # leaderboard and comparison rows
+    assert "expert" in dom and "zero" in dom and 'id="decomposition"' in dom
+    assert np.isfinite(summary["spearman"] if summary["spearman"] is not None else 0.0)
