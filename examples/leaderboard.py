@@ -13,6 +13,11 @@ state, so it cannot act inside the world model directly; its actions are recorde
 (closed loop, with 0 or 0.6 noise) and replayed, the way :mod:`policies.replay` is meant to be used.
 A policy of your own is one more entry in ``players``: anything with ``reset(instruction)`` and
 ``infer(observation) -> (H, 8)``, including ``make_policy("openpi:HOST:PORT")``.
+
+This is the idea in 100 lines.  The benchmark behind it is ``python -m benchmarks.roboarena`` (or
+``neuralsim roboarena``): any :func:`policies.make_policy` name closed loop in both worlds, M episodes each,
+bootstrap intervals, Pearson / Spearman / MMRV, the judge-vs-world-model decomposition and an HTML report
+(docs/ROBOARENA.md).
 """
 
 from __future__ import annotations
@@ -103,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{rank:<5} {name:<22} {judged:>12.2f} {level:>11.2f} {success:>13.0%}")
     rho = spearman(np.array([r[1] for r in table]), np.array([r[2] for r in table]))
     print(f"\nrank correlation of judged score and true level over the {len(table)} policies: {rho:+.2f}")
+    print("the full benchmark, closed loop in both worlds with intervals and a report: python -m benchmarks.roboarena")
     return 0
 
 
