@@ -9,12 +9,14 @@ dataset (:meth:`EpisodeSpec.from_episode`) or from your own camera images
 (:meth:`EpisodeSpec.from_images`).
 
 A set of specs is one compressed ``.npz`` (views, joint and gripper arrays, and a JSON string with
-names, instructions and metadata; loaded with ``allow_pickle=False``).  The default set ships in the
-package and is rebuilt by::
+names, instructions and metadata; loaded with ``allow_pickle=False``).  Each SimDROID scene has a default set in
+the package (:func:`default_episodes`; NeuralDROID takes the one of its world model's ``config.scene``), rebuilt by::
 
-    python -m neuralsim.envs.episodes --build-default     # 24 SimDROID specs, seeds 1_000_000-1_000_023
+    python -m neuralsim.envs.episodes --build-default                  # default.npz, SimDROID-v0
+    python -m neuralsim.envs.episodes --build-default --scene legible  # default_legible.npz, SimDROID-v1
 
-(seeds far from the dataset's, so the world model has never seen these scenes; 8 per task family).
+(24 specs each, seeds 1_000_000-1_000_023: far from the datasets', so the world model has never seen these
+layouts; 8 per task family).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from ..episode import VIEW_NAMES
 
 log = logging.getLogger(__name__)
 
-#: Where the default episode set lives (package data).
+#: Where the default episode set of the classic scene lives (package data); :func:`default_episodes_path` gives
+#: each scene's.
 DEFAULT_EPISODES_PATH = Path(__file__).resolve().parent.parent / "assets" / "episodes" / "default.npz"
 #: Seeds of the default set: SimDROID seeds far above any the dataset uses.
 DEFAULT_SEED_START = 1_000_000
@@ -329,13 +332,23 @@ def load_episodes(path: str | os.PathLike) -> EpisodeSet:
                       for e, v, qi, gi in zip(index, views, q, g))
 
 
-@lru_cache(maxsize=1)
-def default_episodes() -> EpisodeSet:
-    """The episode set shipped with the package (24 SimDROID scenes)."""
-    if not DEFAULT_EPISODES_PATH.is_file():
-        raise FileNotFoundError(f"the default episode set {DEFAULT_EPISODES_PATH} is missing; rebuild it with "
-                                f"`python -m neuralsim.envs.episodes --build-default`")
-    return load_episodes(DEFAULT_EPISODES_PATH)
+def default_episodes_path(scene: str = "classic") -> Path:
+    """Where the package keeps the default episode set of SimDROID's ``scene``."""
+    from .scene import SCENES
+
+    if scene not in SCENES:
+        raise ValueError(f"unknown scene {scene!r}; expected one of {sorted(SCENES)}")
+    return DEFAULT_EPISODES_PATH if scene == "classic" else DEFAULT_EPISODES_PATH.with_name(f"default_{scene}.npz")
+
+
+@lru_cache(maxsize=2)
+def default_episodes(scene: str = "classic") -> EpisodeSet:
+    """The episode set shipped with the package for ``scene`` (24 SimDROID layouts)."""
+    path = default_episodes_path(scene)
+    if not path.is_file():
+        raise FileNotFoundError(f"the default episode set {path} is missing; rebuild it with "
+                                f"`python -m neuralsim.envs.episodes --build-default --scene {scene}`")
+    return load_episodes(path)
 
 
 def build_default(path: str | os.PathLike = DEFAULT_EPISODES_PATH, num: int = DEFAULT_NUM_EPISODES,
@@ -357,14 +370,16 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m neuralsim.envs.episodes --build-default`` / ``--list [PATH]``."""
     p = argparse.ArgumentParser(description="Build or list NeuralDROID episode sets.")
     p.add_argument("--build-default", action="store_true", help=f"rebuild {DEFAULT_EPISODES_PATH.name}")
-    p.add_argument("--out", default=str(DEFAULT_EPISODES_PATH), help="where --build-default writes")
+    p.add_argument("--out", default=None, help="where --build-default writes (default: the package's set of "
+                                                "--scene)")
     p.add_argument("--scene", choices=("classic", "legible"), default="classic",
                    help="the SimDROID scene --build-default resets: classic (SimDROID-v0) or legible (SimDROID-v1)")
     p.add_argument("--list", nargs="?", const=str(DEFAULT_EPISODES_PATH), metavar="PATH", help="print a set's names")
     args = p.parse_args(argv)
     if args.build_default:
-        specs = build_default(args.out, scene=args.scene)
-        print(f"wrote {len(specs)} episode specs to {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)")
+        out = args.out or default_episodes_path(args.scene)
+        specs = build_default(out, scene=args.scene)
+        print(f"wrote {len(specs)} episode specs to {out} ({Path(out).stat().st_size / 1e6:.2f} MB)")
     if args.list:
         for s in load_episodes(args.list):
             print(f"{s.name:28s} {s.instruction}")

@@ -182,8 +182,8 @@ class _Core:
         self.num_rows, self.action_mode, self.strict = num_rows, action_mode, bool(strict)
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         self.reward_fn = resolve_reward(reward_fn)
-        if episodes is None:
-            episodes = default_episodes()
+        if episodes is None:  # the layouts of the scene the model was trained on
+            episodes = default_episodes(self.wm.config.scene)
         elif isinstance(episodes, (str, Path)):
             episodes = load_episodes(episodes)
         elif not isinstance(episodes, EpisodeSet):

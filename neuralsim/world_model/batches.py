@@ -46,6 +46,22 @@ def open_dataset(spec: str, clip_length: int, image_size: int, seed: int = 0):
     return ClipDataset(spec, clip_length=clip_length, image_size=image_size)
 
 
+def data_scene(spec: str) -> str | None:
+    """The SimDROID scene of a ``--data`` spec's datasets (their ``meta/info.json`` ``generation.scene``;
+    ``"classic"`` where none is recorded), or None for synthetic data; datasets of different scenes are refused."""
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        return None
+    from neuralsim.data.writer import read_info
+
+    scenes = {}
+    for root in (r.strip() for r in spec.split(",")):
+        info = read_info(Path(root)) or {}
+        scenes[root] = (info.get("generation") or {}).get("scene", "classic")
+    if len(set(scenes.values())) > 1:
+        raise ValueError(f"--data {spec!r} mixes SimDROID scenes ({scenes}); a model is trained on one scene")
+    return next(iter(scenes.values()))
+
+
 def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "measured", arm: str = "measured"):
     """Stack dataset items: uint8 frames (B, T, V, H, W, 3) and cond (B, T, 7).
 

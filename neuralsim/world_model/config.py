@@ -184,6 +184,10 @@ class WorldModelConfig:
     pose NeuralDROID computes at run time -- or ``"measured"`` -- forward kinematics of the recorded joints.  The
     adapter knows no contacts: where the table or a pushed cube holds the real arm back, the replay runs on, and a
     measured model driven there has never seen such a pose."""
+    scene: str = "classic"
+    """The SimDROID scene the weights were trained on (:data:`neuralsim.envs.scene.SCENES`; the trainer sets it
+    from the data's ``generation.scene``): NeuralDROID starts from that scene's episode set, and its ground-truth
+    twin is that scene's SimDROID (``"classic"``: ``SimDROID-v0``, ``"legible"``: ``SimDROID-v1``)."""
     recipe: dict[str, Any] = field(default_factory=dict)
     """Free-form record of the training that made the weights (objective, steps, data...)."""
     format_version: int = FORMAT_VERSION
@@ -197,6 +201,10 @@ class WorldModelConfig:
         s = self.schedule
         if not s or any(b <= a for a, b in zip((0.0,) + s, s)) or abs(s[-1] - 1.0) > 1e-9:
             raise ValueError(f"schedule must be strictly increasing in (0, 1] and end at 1.0, got {s}")
+        from neuralsim.envs.scene import SCENES
+
+        if self.scene not in SCENES:
+            raise ValueError(f"scene must be one of {sorted(SCENES)}, got {self.scene!r}")
         if self.dit.latent_channels != self.autoencoder.latent_channels:
             raise ValueError(
                 f"dit.latent_channels={self.dit.latent_channels} != autoencoder.latent_channels="

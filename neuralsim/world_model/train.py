@@ -37,6 +37,7 @@ from typing import Literal
 
 from .batches import (  # noqa: F401  (the trainer's data helpers, importable from here)
     LatentMemo,
+    data_scene,
     decoder_batch,
     decoder_references,
     fetch_clips,
@@ -274,6 +275,12 @@ def train(cfg: TrainConfig, label: str | None = None) -> dict:
     dataset = open_dataset(cfg.data, wm.clip_length, wm.autoencoder.image_size, seed=cfg.seed)
     if len(dataset) == 0:
         raise ValueError(f"dataset {cfg.data!r} is empty")
+    scene = data_scene(cfg.data)
+    if scene is not None and scene != wm.scene:
+        if wm.recipe.get("stages"):
+            log.warning("%s was trained on the %s scene; this stage trains it on %s data, and it will be a %s model",
+                        cfg.init_from or out, wm.scene, scene, scene)
+        wm.scene = scene
     run = Run(cfg=cfg, model=model, dataset=dataset, device=device, out=out, checkpoint=checkpoint, rank=rank,
               world=world, local_rank=local_rank, label=label or cfg.stage)
     summary = {"autoencoder": train_autoencoder, "decoder": train_decoder, "dit": train_dit}[cfg.stage](run)

@@ -24,6 +24,7 @@ def as_format_1(src, dst, **changes):
     cfg = json.loads((src / "config.json").read_text())
     cfg["format_version"] = 1
     cfg.pop("denoising_steps")
+    cfg.pop("scene", None)
     cfg["autoencoder"]["residual_channels"] = 0
     cfg["dit"].update(wrist_rays=False, tcp_marks=False)
     for key, value in changes.items():
@@ -75,7 +76,9 @@ def test_a_format_1_checkpoint_loads_and_generates_the_same_frames(tmp_path):
     assert a.config == b.config and a.config.format_version == FORMAT_VERSION
     assert torch.equal(first_frames(old), first_frames(SHIPPED))
     resaved = a.save_pretrained(tmp_path / "v2", dtype=torch.float16)  # the conversion the shipped model went through
-    assert json.loads((resaved / "config.json").read_text()) == json.loads((SHIPPED / "config.json").read_text())
+    shipped = json.loads((SHIPPED / "config.json").read_text())
+    # the shipped config predates the `scene` field, which a re-save writes: the classic scene it was trained on
+    assert json.loads((resaved / "config.json").read_text()) == {"scene": "classic", **shipped}
 
 
 @pytest.mark.parametrize("key, value", [("dit.wrist_rays", True), ("dit.tcp_marks", True),
@@ -140,3 +143,11 @@ def test_the_config_defaults_are_the_shipped_model():
     shipped.pop("recipe"), default.pop("recipe")
     assert default == shipped
     assert preset("default") == WorldModelConfig()
+
+
+def test_the_scene_defaults_to_classic_and_an_unknown_one_is_refused():
+    d = WorldModelConfig().to_dict()
+    d.pop("scene")  # a checkpoint written before the field existed
+    assert WorldModelConfig.from_dict(d).scene == "classic"
+    with pytest.raises(ValueError, match="scene must be one of \\['classic', 'legible'\\], got 'kitchen'"):
+        WorldModelConfig.from_dict({**d, "scene": "kitchen"})

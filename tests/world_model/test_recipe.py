@@ -95,10 +95,29 @@ def test_the_legible_recipe_trains_the_same_stages_on_legible_data(tmp_path):
     sets = recipe["data"]["sets"]
     assert {spec["scene"] for spec in sets.values()} == {"legible"}
     recipe["data"] = {"root": str(tmp_path), "workers": 1,
-                      "sets": {"legible_idle": {**sets["legible_idle"], "episodes": 1, "max_steps": 4}}}
+                      "sets": {"legible_idle": {**sets["legible_idle"], "episodes": 1, "max_steps": 8}}}
     make_data(recipe, progress=False)  # a set's scene reaches `neuralsim data generate`
-    info = json.loads((tmp_path / "legible_idle" / "meta" / "info.json").read_text())
+    data = tmp_path / "legible_idle"
+    info = json.loads((data / "meta" / "info.json").read_text())
     assert info["source"] == "SimDROID-v1" and info["generation"]["scene"] == "legible"
+
+    # a model trained on it is a legible model, and NeuralDROID starts it from the legible layouts
+    from neuralsim.envs.episodes import default_episodes
+    from neuralsim.envs.neural_droid import NeuralDROIDEnv
+
+    out = tmp_path / "ae"
+    assert main(["train", "--stage", "autoencoder", "--config", "tiny", "--data", str(data), "--out", str(out),
+                 "--steps", "1", "--batch-size", "1", "--num-threads", "1", "--no-progress"]) == 0
+    assert WorldModel.from_pretrained(out / "model").config.scene == "legible"
+    env = NeuralDROIDEnv(checkpoint=out / "model", reward_fn=None)
+    _, info = env.reset(seed=0)
+    assert env.episodes is default_episodes("legible")
+    assert info["episode_name"] in {s.name for s in default_episodes("legible")}
+    classic = tmp_path / "classic"
+    main(["data", "generate", str(classic), "--episodes", "1", "--actor", "idle", "--max-steps", "8", "--no-progress"])
+    with pytest.raises(ValueError, match="mixes SimDROID scenes"):
+        main(["--verbose", "train", "--stage", "autoencoder", "--config", "tiny", "--data", f"{data},{classic}",
+              "--out", str(tmp_path / "mixed"), "--steps", "1", "--no-progress"])
 
 
 @pytest.mark.slow
