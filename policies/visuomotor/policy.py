@@ -3,8 +3,8 @@
 ::
 
     from policies import make_policy, run_episode
-    policy = make_policy("visuomotor-s3000")                 # a shipped checkpoint (available_policies())
-    policy = VisuomotorPolicy.from_pretrained("runs/visuomotor/snapshots/visuomotor-s3000")   # any directory
+    policy = make_policy("visuomotor-s2500")                 # a shipped checkpoint (available_policies())
+    policy = VisuomotorPolicy.from_pretrained("runs/visuomotor/snapshots/visuomotor-s2500")   # any directory
     result = run_episode(gym.make("SimDROID-v0"), policy, seed=1_000_000)
 
 The policy reads only what a real DROID policy gets: the camera views named in its config, ``joint_position``,
@@ -183,10 +183,14 @@ class VisuomotorPolicy:
     def _forward(self, observations: dict[str, Any], tokens: list[tuple[int, int, int]]) -> np.ndarray:
         import torch
 
+        from .model import tool_pose
+
         images, state = self.preprocess(observations, len(tokens))
+        tool = tool_pose(state[:, :7].astype(np.float64))
         with torch.inference_mode():
             x = torch.from_numpy(images).to(self.device).float().div_(255)
             arm, grip, _ = self.model(x, torch.from_numpy(state).to(self.device),
+                                      torch.from_numpy(tool).to(self.device),
                                       torch.tensor(tokens, dtype=torch.long, device=self.device))
             chunk = torch.cat([arm, torch.sigmoid(grip)[..., None]], dim=-1)  # (N, H, 8)
         return chunk.cpu().numpy().astype(np.float32)

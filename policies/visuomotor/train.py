@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # torch is imported when training starts, so the CLI's --help
 log = logging.getLogger(__name__)
 
 #: The shipped checkpoints: name -> training step of the snapshot (one run, graded by training time).
-SHIPPED_SNAPSHOTS = "visuomotor-s150=150,visuomotor-s400=400,visuomotor-s1000=1000,visuomotor-s3000=3000"
+SHIPPED_SNAPSHOTS = "visuomotor-s250=250,visuomotor-s750=750,visuomotor-s1500=1500,visuomotor-s2500=2500"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 TRAIN_COMMAND = "neuralsim train-policy --data DATA --out runs/visuomotor --ship"
 #: Options that may change between the invocations of one resumed run.
@@ -57,7 +57,7 @@ class TrainPolicyConfig:
     scene: str = dataclasses.field(default="classic", metadata={"choices": ("classic", "legible")})
     """SimDROID scene the data must come from (classic = SimDROID-v0, legible = SimDROID-v1); recorded in every
     checkpoint's config."""
-    steps: int = 3000
+    steps: int = 2500
     """Total optimiser steps (the run stops at the last snapshot if that is later)."""
     snapshots: str = SHIPPED_SNAPSHOTS
     """Checkpoints to save, NAME=STEP,... (EMA weights at that step)."""
@@ -67,7 +67,7 @@ class TrainPolicyConfig:
     """Camera views the policy reads, comma-separated."""
     chunk_size: int = 12
     """Actions per predicted chunk (H)."""
-    batch_size: int = 64
+    batch_size: int = 32
     """Samples per optimiser step."""
     lr: float = 1e-3
     """Peak AdamW learning rate (linear warm-up over 100 steps, cosine decay to 10% at --steps)."""
@@ -217,10 +217,6 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
 
 
 # ----------------------------------------------------------------------------- training
-#: Centre and scale of the auxiliary positions (table coordinates [m] -> about unit range).
-AUX_CENTRE, AUX_SCALE = (0.5, 0.0, 0.5, 0.0), 5.0
-
-
 def random_shift(images: "torch.Tensor", pad: int, generator: "torch.Generator") -> "torch.Tensor":
     """Shift each image by a random integer offset in [-pad, pad] (edges replicated), DrQ's augmentation."""
     import torch
@@ -248,7 +244,10 @@ def make_batch(demos: Demonstrations, batch_size: int, generator: "torch.Generat
         b, v = images.shape[:2]
         images = random_shift(images.flatten(0, 1), 4, generator).view_as(images)
         state[:, :7] += 0.02 * torch.randn(b, 7, generator=generator)
-    return {"images": images.to(device), "state": state.to(device), "chunks": demos.chunks[i].to(device),
+    from .model import tool_pose
+
+    return {"images": images.to(device), "state": state.to(device), "tool": tool_pose(state[:, :7]).to(device),
+            "chunks": demos.chunks[i].to(device),
             "tokens": demos.tokens[i].to(device), "aux": demos.aux[i].to(device),
             "aux_mask": demos.aux_mask[i].to(device)}
 
@@ -258,12 +257,14 @@ def bc_loss(model, batch: dict, aux_weight: float = 1.0) -> tuple["torch.Tensor"
     import torch
     import torch.nn.functional as F
 
-    arm, grip_logits, aux = model(batch["images"], batch["state"], batch["tokens"])
+    from .model import POSITION_CENTRE, POSITION_SCALE
+
+    arm, grip_logits, positions = model(batch["images"], batch["state"], batch["tool"], batch["tokens"])
     target = batch["chunks"]
     arm_loss = F.l1_loss(arm, target[..., :7].clamp(-1, 1))
     grip_loss = F.binary_cross_entropy_with_logits(grip_logits, target[..., 7].clamp(0, 1))
-    centre = torch.tensor(AUX_CENTRE, device=aux.device)
-    err = (aux - (batch["aux"] - centre) * AUX_SCALE) ** 2 * batch["aux_mask"]
+    centre = torch.tensor(POSITION_CENTRE, device=positions.device)
+    err = (positions - (batch["aux"] - centre) * POSITION_SCALE) ** 2 * batch["aux_mask"]
     aux_loss = err.sum() / batch["aux_mask"].sum().clamp(min=1)
     loss = arm_loss + grip_loss + aux_weight * aux_loss
     return loss, {"loss": loss.item(), "arm_l1": arm_loss.item(), "gripper_bce": grip_loss.item(),
