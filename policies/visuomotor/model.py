@@ -7,7 +7,9 @@ I/O.  Per view (each its own small CNN)::
       -> conv -> FiLM(instruction) -> spatial softmax: one (x, y) keypoint per channel  + max-pooled activations
 
 FiLM from the instruction lets a channel fire on "the red cube" rather than on every cube, and the spatial
-softmax (Levine et al. 2016; Diffusion Policy's image encoder) turns where it fires into coordinates.  From the
+softmax (Levine et al. 2016; Diffusion Policy's image encoder) turns where it fires into coordinates.  Two
+colour queries (linear maps of the target and base colour embeddings) are also matched against the half-resolution
+features pixel by pixel, and the spatial softmax of each match map is where that colour is in the view.  From the
 keypoints of every view and the instruction a small head estimates where the target cube and the goal (bowl, pad
 or base cube) lie on the table (trained on the episodes' recorded poses).  The tool point follows from the joint
 positions by forward kinematics, so the policy also sees where those objects are *relative to its gripper*: without
@@ -102,8 +104,9 @@ class VisuomotorConfig:
 
     @property
     def feature_dim(self) -> int:
-        """Features per view: (x, y) per keypoint plus one max-pooled activation per channel."""
-        return 3 * self.keypoints
+        """Features per view: (x, y) per keypoint plus one max-pooled activation per channel, then (x, y) and peak
+        of the target-colour and base-colour attention maps."""
+        return 3 * self.keypoints + 6
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -146,7 +149,11 @@ class FiLM(nn.Module):
 
 # ----------------------------------------------------------------------------- view encoder
 class ViewEncoder(nn.Module):
-    """One view's CNN: (B, 3, S, S) uint8-range floats in [0, 1] -> (B, 3 * keypoints) features."""
+    """One view's CNN: (B, 3, S, S) floats in [0, 1] -> (B, feature_dim) features.
+
+    Besides the keypoints, two colour queries (from the target and base colour tokens) are matched against the
+    half-resolution features at every pixel; the spatial softmax of each match says where that colour is.
+    """
 
     def __init__(self, channels: tuple[int, int, int, int], condition_dim: int) -> None:
         super().__init__()
@@ -157,14 +164,16 @@ class ViewEncoder(nn.Module):
         self.conv3 = nn.Conv2d(c2, c3, 3, padding=1)
         self.film1, self.film3 = FiLM(condition_dim, c1), FiLM(condition_dim, c3)
 
-    def forward(self, image: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
+    def forward(self, image: torch.Tensor, condition: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv0(image * 2 - 1))                  # (B, c0, S/2, S/2)
         x = F.relu(self.film1(self.conv1(x), condition))       # (B, c1, S/2, S/2)
+        match = torch.einsum("bqc,bchw->bqhw", queries, x)     # (B, 2, S/2, S/2): target, base colour
+        colour = torch.cat([spatial_softmax(match).flatten(1), match.flatten(2).amax(-1)], dim=1)  # (B, 6)
         x = F.relu(self.conv2(x))                              # (B, c2, S/4, S/4)
         x = self.film3(self.conv3(x), condition)               # (B, c3, S/4, S/4)
         points = spatial_softmax(x).flatten(1)                 # (B, 2 * c3)
         peak = x.flatten(2).amax(-1)                           # (B, c3)
-        return torch.cat([points, peak], dim=1)
+        return torch.cat([points, peak, colour], dim=1)
 
 
 # ----------------------------------------------------------------------------- network
@@ -201,6 +210,7 @@ class VisuomotorNet(nn.Module):
         self.family_embed = nn.Embedding(len(config.families), e)
         self.colour_embed = nn.Embedding(len(config.colours) + 2, e)  # <none>, <unk>, colours
         self.encoders = nn.ModuleList(ViewEncoder(config.channels, 3 * e) for _ in config.views)
+        self.colour_query = nn.Linear(e, config.channels[1])
         self.register_buffer("state_mean", torch.tensor(config.state_mean), persistent=False)
         self.register_buffer("state_std", torch.tensor(config.state_std), persistent=False)
         self.register_buffer("position_centre", torch.tensor(POSITION_CENTRE), persistent=False)
@@ -222,7 +232,8 @@ class VisuomotorNet(nn.Module):
         if v != len(self.encoders):
             raise ValueError(f"expected {len(self.encoders)} views {self.config.views}, got {v}")
         words = self.instruction_embedding(tokens)
-        visual = torch.cat([*(enc(images[:, i], words) for i, enc in enumerate(self.encoders)), words], dim=1)
+        queries = self.colour_query(self.colour_embed(tokens[:, 1:]))  # (B, 2, c1): target, base colour
+        visual = torch.cat([*(enc(images[:, i], words, queries) for i, enc in enumerate(self.encoders)), words], dim=1)
         positions = self.object_head(visual)                   # (B, 4) scaled target xy, goal xy
         tool_xy = (tool[:, :2] - self.position_centre[:2]) * POSITION_SCALE
         relative = positions - tool_xy.repeat(1, 2)            # (B, 4) target and goal relative to the tool
