@@ -88,6 +88,8 @@ class RoboArenaConfig:
     """Output directory (default: benchmarks/results/roboarena, or outputs/roboarena_quick with --quick)."""
     retry_failed: bool = False
     """Rerun the episodes recorded as failed (a policy error) instead of keeping them."""
+    report_only: bool = False
+    """Run nothing: rebuild the summary and report from the episodes already in ``OUT/episodes.jsonl``."""
     ray: bool = False
     """Spread the (policy, episode chunk) units over Ray workers (needs ``pip install 'neuralsim[ray]'``)."""
     ray_workers: int = 2
@@ -386,7 +388,7 @@ def run(cfg: RoboArenaConfig) -> dict:
     if jsonl.is_file():  # rewritten whole: drops a torn last line before anything is appended to it
         jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
     done = {(r["policy"], r["episode"]) for r in rows}
-    units = plan_units(cfg, done)
+    units = [] if cfg.report_only else plan_units(cfg, done)
     todo = sum(len(idx) for _, idx in units)
     if done:
         log.info("resuming %s: %d episodes recorded, %d to run", out, len(done), todo)
@@ -404,7 +406,7 @@ def run(cfg: RoboArenaConfig) -> dict:
     summary["seconds_this_run"] = round(time.time() - t0, 1)
     from .roboarena_report import write_report
 
-    summary["report"] = str(write_report(summary, out))
+    summary["report"] = _repo_relative(write_report(summary, out))
     (out / "roboarena.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
@@ -529,9 +531,10 @@ def summarise(cfg: RoboArenaConfig, rows: list[dict]) -> dict:
         "truth": "SimDROID-v0 rubric level (0-5) and success, closed loop from the same initial states",
         "rows": table, "comparisons": comparisons,
         "decomposition": _decomposition(comparisons, table),
+        "incomplete": {t["policy"]: t["episodes"] for t in table if t["episodes"] < cfg.episodes},
         "episodes": n_rows, "failed_episodes": sum(t["failed"] for t in table),
         "unjudged_episodes": sum(t["unjudged"] for t in table),
-        "config": {k: v for k, v in asdict(cfg).items() if k not in ("progress",)},
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("progress", "report_only")},
         "report": None,
     }
 
@@ -548,23 +551,28 @@ def _decomposition(comparisons: dict, table: list[dict]) -> dict:
     judge_gap, wm_gap = gap("judge_on_sim"), gap("world_model_vs_judge_on_sim")
     blame = None
     if judge_gap is not None and wm_gap is not None:
-        blame = "world model" if wm_gap > judge_gap else "judge"
+        blame = ("world model" if wm_gap > judge_gap else "judge" if judge_gap > wm_gap
+                 else "judge and world model alike")
     return {"spearman_judge_on_sim": comparisons.get("judge_on_sim", {}).get("spearman"),
             "spearman_world_model_vs_judge_on_sim": comparisons.get("world_model_vs_judge_on_sim", {}).get("spearman"),
             "mean_abs_bias_world_model": wm_abs, "mean_abs_bias_judge": judge_abs, "blames": blame}
+
+
+def _repo_relative(path: Path) -> str:
+    """``path`` relative to the repository when inside it (so a committed summary names a repository file)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[1]))
+    except ValueError:
+        return str(path)
 
 
 def _world_model_name(checkpoint: str | None) -> str:
     from neuralsim.envs.neural_droid_core import resolve_checkpoint
 
     try:
-        path = resolve_checkpoint(checkpoint)
+        return _repo_relative(resolve_checkpoint(checkpoint))
     except Exception:  # noqa: BLE001 -- the name is informative only
         return str(checkpoint)
-    try:
-        return str(path.relative_to(Path(__file__).resolve().parents[1]))
-    except ValueError:
-        return str(path)
 
 
 # ----------------------------------------------------------------------------- command line

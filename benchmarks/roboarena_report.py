@@ -4,8 +4,8 @@
 same judge on SimDROID's frames, against its true mean level, with 95% bootstrap intervals),
 ``out/bars.png`` (success rates per policy in each world and by each judge; the per-policy bias split into the
 judge's and the world model's shares) and ``out/index.html`` (headline figures, leaderboard, comparisons,
-decomposition, the plots and the side-by-side videos listed in the summary).  The page needs no server and no
-script from the network; a small inline script marks ``<body>`` with how many of its images decoded
+decomposition, the plots, and those of the summary's side-by-side videos that are on disk).  The page needs no
+server and no script from the network; a small inline script marks ``<body>`` with how many of its images decoded
 (``data-images-ok="k/n"``) and how many videos it holds, which the test reads in a headless browser.
 """
 
@@ -31,7 +31,7 @@ def _err(value: float | None, ci: list[float] | None) -> list[float]:
 
 
 def write_plots(summary: dict, out: Path) -> dict[str, str]:
-    """``scatter.png`` and ``bars.png`` in ``out``; returns their file names by role."""
+    """``scatter.png`` and ``bars.png`` in ``out``; returns their file names with a caption each."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,13 +101,16 @@ def write_plots(summary: dict, out: Path) -> dict[str, str]:
     fig.tight_layout()
     fig.savefig(out / "bars.png")
     plt.close(fig)
-    return {"scatter": "scatter.png", "bars": "bars.png"}
+    return {"scatter.png": "mean judged score against the true mean level, per policy (95% bootstrap intervals)",
+            "bars.png": "success rates in each world and by each judge; the bias split into the judge's and the world "
+                        "model's shares"}
 
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; max-width: 1200px; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+td { white-space: nowrap; } td.what { white-space: normal; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 .ci { color: #777; font-size: 0.85em; } .fail { color: #b00; }
 .head { font-size: 1.2em; } video { margin: 0.3em; border: 1px solid #ccc; image-rendering: pixelated; }
@@ -126,7 +129,7 @@ window.addEventListener("load", function () {
 
 
 def write_html(summary: dict, out: Path, images: dict[str, str]) -> Path:
-    """``out/index.html`` from the summary and the plot file names."""
+    """``out/index.html`` from the summary and the plots (file name -> caption)."""
     e = html.escape
     d, c = summary["decomposition"], summary["comparisons"]
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>RoboArena on ground truth</title>"
@@ -137,6 +140,10 @@ def write_html(summary: dict, out: Path, images: dict[str, str]) -> Path:
              f"<code>{e(summary['judge'])}</code>; the same policies from the same initial states closed loop in "
              f"SimDROID-v0, scored by ground truth. {summary['failed_episodes']} failed and "
              f"{summary['unjudged_episodes']} unjudged episodes.</p>",
+             "" if not summary.get("incomplete") else
+             f"<p class='fail'>Incomplete run: episodes recorded "
+             f"{e(', '.join(f'{k} {v}' for k, v in summary['incomplete'].items()))} of "
+             f"{summary['episodes_per_policy']}.</p>",
              f"<p class='head' id='headline'>Pearson <b>{_f(summary['pearson'], '.3f')}</b>"
              f"{_ci(summary['pearson_ci95'])}, Spearman <b>{_f(summary['spearman'], '.3f')}</b>"
              f"{_ci(summary['spearman_ci95'])}, MMRV <b>{_f(summary['mmrv'], '.3f')}</b> "
@@ -161,7 +168,7 @@ def write_html(summary: dict, out: Path, images: dict[str, str]) -> Path:
     parts.append("<h2>Ranking agreement</h2><table id='comparisons'><tr><th>comparison</th><th>policies</th>"
                  "<th>Pearson</th><th>Spearman</th><th>MMRV</th></tr>")
     for key, v in c.items():
-        parts.append(f"<tr><td><b>{e(key)}</b>: {e(v['what'])}</td><td>{v['policies']}</td>"
+        parts.append(f"<tr><td class='what'><b>{e(key)}</b>: {e(v['what'])}</td><td>{v['policies']}</td>"
                      f"<td>{_f(v['pearson'], '.3f')}{_ci(v['pearson_ci95'])}</td>"
                      f"<td>{_f(v['spearman'], '.3f')}{_ci(v['spearman_ci95'])}</td>"
                      f"<td>{_f(v['mmrv'], '.3f')}</td></tr>")
@@ -172,9 +179,9 @@ def write_html(summary: dict, out: Path, images: dict[str, str]) -> Path:
         f"frames vs SimDROID's) at {_f(d['spearman_world_model_vs_judge_on_sim'], '.3f')}. Mean absolute per-policy "
         f"bias: world model {_f(d['mean_abs_bias_world_model'])}, judge {_f(d['mean_abs_bias_judge'])}. "
         f"The larger ranking error is the <b>{e(str(d['blames']))}</b>'s.</p>")
-    parts.append("<h2>Plots</h2>" + "".join(f"<figure><img src='{e(src)}' alt='{e(role)}'><figcaption>{e(role)}"
-                                            f"</figcaption></figure>" for role, src in images.items()))
-    videos = [(r["policy"], v) for r in summary["rows"] for v in r.get("videos", [])]
+    parts.append("<h2>Plots</h2>" + "".join(f"<figure><img src='{e(src)}' alt='{e(caption)}'><figcaption>"
+                                            f"{e(caption)}</figcaption></figure>" for src, caption in images.items()))
+    videos = [(r["policy"], v) for r in summary["rows"] for v in r.get("videos", []) if (out / v).is_file()]
     if videos:
         parts.append("<h2>Episodes side by side</h2><p>Left: NeuralDROID (the world model); right: SimDROID, the "
                      "same policy from the same initial state.</p>")
