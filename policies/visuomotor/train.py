@@ -14,7 +14,7 @@ state jittered, so a policy does not need its arm exactly on a demonstration to 
 
 One training run gives every checkpoint: ``--snapshots NAME=STEP,...`` saves the EMA weights at those steps
 (``runs/.../snapshots/NAME``); ``--ship`` also copies them into ``policies/visuomotor/weights/NAME``, where
-``make_policy(NAME)`` finds them.  Graded skill comes from the training steps.  Re-running the same command
+``make_policy(NAME)`` finds them; the shipped checkpoints differ by training steps.  Re-running the same command
 resumes from ``OUT/checkpoint.pt``; batches and augmentation come from a generator seeded by (seed, step), so a
 resumed run continues the same curve, and the same seed gives the same weights on one machine.
 """
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # torch is imported when training starts, so the CLI's --help
 
 log = logging.getLogger(__name__)
 
-#: The shipped checkpoints: name -> training step of the snapshot (one run, graded by training time).
+#: The shipped checkpoints: name -> training step of the snapshot (all from one run).
 SHIPPED_SNAPSHOTS = "visuomotor-s250=250,visuomotor-s750=750,visuomotor-s1500=1500,visuomotor-s2500=2500"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 TRAIN_COMMAND = "neuralsim train-policy --data DATA --out runs/visuomotor --ship"
