@@ -60,7 +60,7 @@ import logging
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -101,7 +101,7 @@ from .fidelity_paired import (
     t_quantile_975,
 )
 from .fidelity_report import format_table
-from .object_probe import DEFAULT_DIR as DEFAULT_PROBE_DIR
+from .object_probe import default_dir as default_probe_dir
 from .results_path import out_help, results_path
 
 __all__ = [
@@ -148,7 +148,8 @@ class Config:
     batch_size: int = 8
     context_window: int | None = None
     denoising_steps: int | None = None
-    probe: str | None = str(DEFAULT_PROBE_DIR)
+    probe: str | None = "default"
+    """Object-probe directory; ``"default"``: the shipped probe of the models' scene; None skips positions."""
     """Probe directory (built there on first use unless --quick); None skips the position metric."""
     threads: int | None = None
     out: str | None = None
@@ -161,6 +162,21 @@ class Config:
     autoencoder_only: bool = False
     """Only the autoencoder's ceiling and the probe's round-trip floor (no DiT, no targets): compares
     autoencoders before a DiT is trained on one."""
+
+
+def model_scene(models: list, cfg: Config) -> str:
+    """The one SimDROID scene of the models and the evaluation splits; a mismatch is refused by name."""
+    from neuralsim.world_model.batches import data_scene
+
+    scenes = {ckpt: wm.config.scene for ckpt, wm in zip(cfg.checkpoints, models)}
+    if len(set(scenes.values())) > 1:
+        raise ValueError(f"the models are trained on different SimDROID scenes ({scenes}); compare models of one")
+    scene = next(iter(scenes.values()))
+    for root in (cfg.data, cfg.ood_data):
+        if root is not None and data_scene(root) != scene:
+            raise ValueError(f"{root} holds {data_scene(root)}-scene episodes, the world model is trained on the "
+                             f"{scene} scene: evaluate it on a split of its own scene")
+    return scene
 
 
 def checkpoint_label(path: str) -> str:
@@ -280,10 +296,13 @@ def run(cfg: Config) -> dict[str, Any]:
         if root is not None:
             finished_records(root)
     models = [load_world_model(ckpt) for ckpt in cfg.checkpoints]
+    scene = model_scene(models, cfg)
     t_start = time.perf_counter()
     n_held = cfg.max_episodes if cfg.max_episodes is not None else (QUICK_EPISODES if cfg.quick else None)
     n_ood = cfg.max_episodes if cfg.max_episodes is not None else (QUICK_OOD_EPISODES if cfg.quick else None)
     probe = None
+    if cfg.probe == "default":
+        cfg = replace(cfg, probe=str(default_probe_dir(scene)))
     if cfg.probe:
         from . import object_probe
 
@@ -294,7 +313,10 @@ def run(cfg: Config) -> dict[str, Any]:
                         "`python -m benchmarks.object_probe --out %s`)", cfg.probe, cfg.probe)
         else:
             log.info("building the object probe at %s (once; ~25 minutes on a busy 2-core CPU)", cfg.probe)
-            probe, _ = object_probe.build(cfg.probe, progress=cfg.progress)
+            probe, _ = object_probe.build(cfg.probe, progress=cfg.progress, scene=scene)
+        if probe is not None and probe.config.scene != scene:
+            raise ValueError(f"the object probe at {cfg.probe} reads the {probe.config.scene} scene, the world "
+                             f"model{'s' if len(models) > 1 else ''} the {scene} one: pass --probe of that scene")
     splits_data: dict[str, dict[int, list[EvalEpisode]]] = {}
     results = []
     for ckpt, wm in zip(cfg.checkpoints, models):
@@ -375,7 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conditioning", choices=CONDITIONINGS, default=d.conditioning,
                    help="replay: the env replays the recorded actions through its action adapter (default); "
                         "recorded: condition on the recorded robot state (RoboWorld's open-loop protocol)")
-    p.add_argument("--probe", default=d.probe, help="object-probe directory (default %(default)s)")
+    p.add_argument("--probe", default=d.probe, help="object-probe directory (default: the shipped probe of the model's "
+                                                    "scene, benchmarks/assets/fidelity_probe[_legible])")
     p.add_argument("--no-probe", dest="probe", action="store_const", const=None, help="skip the position metric")
     p.add_argument("--autoencoder-only", dest="autoencoder_only", action="store_true",
                    help="only the autoencoder's ceiling and the probe's round-trip floor (no DiT rollouts, no targets)")

@@ -3,7 +3,8 @@
 Used by :mod:`benchmarks.fidelity` to ask "where does the generated video put the manipulated
 object?".  Usage (the fidelity benchmark builds it on first use)::
 
-    python -m benchmarks.object_probe --out benchmarks/assets/fidelity_probe      # ~25 min on a busy 2-core CPU
+    python -m benchmarks.object_probe                  # benchmarks/assets/fidelity_probe; ~25 min on a busy 2-core CPU
+    python -m benchmarks.object_probe --scene legible  # benchmarks/assets/fidelity_probe_legible (SimDROID-v1)
     python -m benchmarks.object_probe --decoded-from neuralsim/assets/world_model  # + decoded renders (15 min alone)
 
 How it works: a per-view CNN reads one exterior view plus the cube's colour (as the per-pixel
@@ -53,6 +54,15 @@ EXTERIOR_VIEWS = ("exterior_image_1_left", "exterior_image_2_left")
 TOLERANCE_M = 0.05
 #: Where the trained probe lives (``probe.safetensors`` + ``probe.json``, ~70 KB), read by :mod:`benchmarks.fidelity`.
 DEFAULT_DIR = Path(__file__).resolve().parent / "assets" / "fidelity_probe"
+
+
+def default_dir(scene: str = "classic") -> Path:
+    """The shipped probe of SimDROID's ``scene``: ``assets/fidelity_probe`` (classic) or ``..._<scene>``."""
+    from neuralsim.envs.scene import SCENES
+
+    if scene not in SCENES:
+        raise ValueError(f"unknown scene {scene!r}; expected one of {sorted(SCENES)}")
+    return DEFAULT_DIR if scene == "classic" else DEFAULT_DIR.with_name(f"fidelity_probe_{scene}")
 
 
 # ---------------------------------------------------------------------------------------------- cameras
@@ -408,8 +418,9 @@ def build(directory: str | Path, episodes: int = 80, steps: int = 3000, progress
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.object_probe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=str(DEFAULT_DIR),
-                   help="directory for probe.safetensors + probe.json (default %(default)s)")
+    p.add_argument("--out", default=None,
+                   help="directory for probe.safetensors + probe.json (default: the scene's shipped probe, "
+                        f"{DEFAULT_DIR} for classic)")
     p.add_argument("--episodes", type=int, default=80, help="SimDROID rollouts to render (default %(default)s)")
     p.add_argument("--steps", type=int, default=3000, help="training steps (default %(default)s)")
     p.add_argument("--decoded-from", default=None, metavar="WORLD_MODEL",
@@ -425,8 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    _, rep = build(args.out, args.episodes, args.steps, args.progress, decoded_from=args.decoded_from,
-                   scene=args.scene)
+    _, rep = build(args.out or str(default_dir(args.scene)), args.episodes, args.steps, args.progress,
+                   decoded_from=args.decoded_from, scene=args.scene)
     for prefix, what in (("val", "renders"), ("val_decoded", "decoded renders")):
         if f"{prefix}_xy_error_m_mean" in rep:
             print(f"probe saved to {args.out}: validation xy error on {what} "

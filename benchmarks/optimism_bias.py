@@ -62,7 +62,6 @@ from typing import Any
 
 import numpy as np
 
-from .object_probe import DEFAULT_DIR as DEFAULT_PROBE_DIR
 from .results_path import results_path
 from .stats import mcnemar_exact, wilson_interval
 
@@ -94,8 +93,9 @@ class Config:
     """Reward-function name of the per-rollout judge (RoboWorld 0-5 rubric; success = level 5)."""
     pairwise: str | None = None
     """MiraBench pairwise judge, e.g. ``mirabench:openai/gpt-4o`` (None: skipped)."""
-    probe: str | None = str(DEFAULT_PROBE_DIR)
-    """Object-probe directory (``python -m benchmarks.object_probe`` builds it); None skips the probe outcome."""
+    probe: str | None = "default"
+    """Object-probe directory (``python -m benchmarks.object_probe`` builds it); ``"default"``: the shipped probe of
+    the world model's scene; None skips the probe outcome."""
     threads: int = 1
     videos: str | None = None
     """Directory for one mp4 per rollout (world model | SimDROID), or None."""
@@ -124,18 +124,19 @@ def probe_success(probe, episode, meta: dict[str, Any]) -> bool:
     (``EpisodeSpec.metadata``): within the bowl's or the pad's half-size per axis, or within 0.6 cube
     sizes of the base cube (stack).  Heights are not used: the probe's z is its least accurate axis.
     """
-    from neuralsim.envs import scene as S
+    from neuralsim.envs.scene import get_scene, scene_of
 
     from .object_probe import EXTERIOR_VIEWS, colour_rgb, locate
 
+    sc = get_scene(scene_of(meta))
     views = np.stack([episode.frames[v][-1] for v in EXTERIOR_VIEWS])[None]
     xy = locate(probe, views, colour_rgb(meta["target"])[None])[0, :2]
     poses = meta["object_poses"]
     if meta["task"] == "put_in_bowl":
-        return bool(np.all(np.abs(xy - np.asarray(poses["bowl"][:2])) < S.BOWL_HALF))
+        return bool(np.all(np.abs(xy - np.asarray(poses["bowl"][:2])) < sc.bowl_half))
     if meta["task"] == "push_to_pad":
-        return bool(np.all(np.abs(xy - np.asarray(poses["pad"][:2])) < S.PAD_HALF))
-    return bool(np.linalg.norm(xy - np.asarray(poses[meta["base"]][:2])) < 0.6 * S.CUBE_SIZE)
+        return bool(np.all(np.abs(xy - np.asarray(poses["pad"][:2])) < sc.pad_half))
+    return bool(np.linalg.norm(xy - np.asarray(poses[meta["base"]][:2])) < 0.6 * sc.cube_size)
 
 
 def _level(judgement: Any) -> float | None:
@@ -166,19 +167,26 @@ def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
     torch.set_num_threads(int(cfg.threads))
     judge = make_reward_fn(cfg.judge)
     pair_judge = make_reward_fn(cfg.pairwise) if cfg.pairwise else None
-    probe = None
-    if cfg.probe:
-        from .object_probe import load as load_probe
-
-        if not (Path(cfg.probe) / "probe.json").is_file():
-            raise ValueError(f"no object probe in {cfg.probe} (build it: python -m benchmarks.object_probe), "
-                             f"or pass --no-probe")
-        probe = load_probe(cfg.probe)
     if pair_judge is not None and not hasattr(pair_judge, "judge_pair"):
         raise ValueError(f"--pairwise {cfg.pairwise!r} is not a pairwise judge (use e.g. 'mirabench:openai/gpt-4o')")
-    # one horizon for both twins: NeuralDROID calls its reward function when it is reached
-    sim = SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=cfg.steps)
+    # one horizon for both twins: NeuralDROID calls its reward function when it is reached; the truth is the
+    # SimDROID scene the world model was trained on
     wm = NeuralDROIDEnv(checkpoint=cfg.checkpoint, reward_fn=judge, max_episode_steps=cfg.steps)
+    scene = wm.world_model.config.scene
+    probe = None
+    if cfg.probe:
+        from .object_probe import default_dir
+        from .object_probe import load as load_probe
+
+        probe_dir = default_dir(scene) if cfg.probe == "default" else Path(cfg.probe)
+        if not (probe_dir / "probe.json").is_file():
+            raise ValueError(f"no object probe in {probe_dir} (build it: python -m benchmarks.object_probe "
+                             f"--scene {scene}), or pass --no-probe")
+        probe = load_probe(probe_dir)
+        if probe.config.scene != scene:
+            raise ValueError(f"the object probe at {probe_dir} reads the {probe.config.scene} scene, the world model "
+                             f"the {scene} one: pass --probe of that scene")
+    sim = SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=cfg.steps, scene=scene)
     videos = Path(cfg.videos) if cfg.videos else None
     if videos:
         videos.mkdir(parents=True, exist_ok=True)
@@ -512,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--judge", default=d.judge)
     p.add_argument("--pairwise", default=None, help="e.g. mirabench:openai/gpt-4o (needs an API key)")
-    p.add_argument("--probe", default=d.probe, help="object-probe directory (default %(default)s)")
+    p.add_argument("--probe", default=d.probe, help="object-probe directory (default: the shipped probe of the model's "
+                                                    "scene)")
     p.add_argument("--no-probe", dest="probe", action="store_const", const=None, help="skip the probe outcome")
     p.add_argument("--threads", type=int, default=d.threads)
     p.add_argument("--videos", default=None, help="directory for world model | SimDROID mp4s")

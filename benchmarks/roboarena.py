@@ -200,7 +200,9 @@ def run_unit(cfg: RoboArenaConfig, policy_name: str, indices: Sequence[int],
     wm = gym.make_vec("NeuralDROID-v0", num_envs=n, checkpoint=cfg.checkpoint, reward_fn=judge,
                       max_episode_steps=cfg.steps)
     size = int(wm.single_observation_space["exterior_image_1_left"].shape[0])
-    sim = SimDROIDEnv(image_size=size, max_episode_steps=cfg.steps, reward_fn=None)  # SimDROID-v0's scene
+    # the truth: the SimDROID scene the world model was trained on
+    sim = SimDROIDEnv(image_size=size, max_episode_steps=cfg.steps, reward_fn=None,
+                      scene=wm.unwrapped.world_model.config.scene)
     rows: list[dict] = []
     specs, plans, sim_episodes = [], [], []
     t0 = time.perf_counter()

@@ -12,8 +12,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: Where the shipped weights live (``model.safetensors`` + ``config.json``).
+#: Where the shipped weights of the classic scene (``SimDROID-v0``) live (``model.safetensors`` + ``config.json``);
+#: :func:`default_weights_dir` gives each scene's.
 DEFAULT_WEIGHTS_DIR = Path(__file__).parent / "weights" / "roboworld_progress"
+
+
+def default_weights_dir(scene: str = "classic") -> Path:
+    """The shipped judge of SimDROID's ``scene``: ``weights/roboworld_progress`` (classic) or ``..._<scene>``."""
+    from neuralsim.envs.scene import SCENES
+
+    if scene not in SCENES:
+        raise ValueError(f"unknown scene {scene!r}; expected one of {sorted(SCENES)}")
+    return DEFAULT_WEIGHTS_DIR if scene == "classic" else DEFAULT_WEIGHTS_DIR.with_name(f"roboworld_progress_{scene}")
 
 TRAIN_HINT = (
     "train it with:  python -m judges.offline.train --data <SimDROID dataset dir> --out {out}  "

@@ -171,7 +171,8 @@ class EpisodeSpec:
             if own:
                 env.close()
         meta = {
-            "source": env.scene.env_id, "seed": int(seed), "task": info["task"], "target": info["target"],
+            "source": env.scene.env_id, "scene": env.scene.name, "seed": int(seed), "task": info["task"],
+            "target": info["target"],
             "base": info["base"], "object_poses": {k: np.asarray(v).round(6).tolist()
                                                    for k, v in info["object_poses"].items()},
         }

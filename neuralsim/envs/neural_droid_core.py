@@ -345,8 +345,8 @@ class _Core:
             actions=np.stack(rec["actions"]) if rec["actions"] else np.zeros((0, 8), np.float32),
             instruction=spec.instruction, fps=K.CONTROL_HZ,
             metadata={**copy.deepcopy(spec.metadata), "spec_source": spec.metadata.get("source"),
-                      "source": "NeuralDROID-v0", "episode": spec.name, "noise_seed": self.seeds[r],
-                      "action_mode": self.action_mode},
+                      "source": "NeuralDROID-v0", "scene": self.wm.config.scene, "episode": spec.name,
+                      "noise_seed": self.seeds[r], "action_mode": self.action_mode},
         )
 
     def collage(self, r: int) -> np.ndarray:

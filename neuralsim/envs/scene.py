@@ -142,6 +142,21 @@ def get_scene(scene: "str | SceneConfig") -> SceneConfig:
     return SCENES[scene]
 
 
+def scene_of(metadata: dict, default: str = "classic") -> str:
+    """The SimDROID scene an episode (spec) was made in, from its metadata.
+
+    Reads ``metadata["scene"]`` where it is recorded, else the SimDROID env id in ``"spec_source"`` or
+    ``"source"`` (``SimDROID-v0`` classic, ``SimDROID-v1`` legible); ``default`` when neither says.
+    """
+    if metadata.get("scene") in SCENES:
+        return metadata["scene"]
+    by_id = {sc.env_id: sc.name for sc in SCENES.values()}
+    for key in ("spec_source", "source"):
+        if metadata.get(key) in by_id:
+            return by_id[metadata[key]]
+    return default
+
+
 def _vec(values) -> str:
     """Numbers as an MJCF attribute value ("0.065 0 0.03")."""
     return " ".join(f"{float(v):g}" for v in values)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -334,6 +335,16 @@ def test_bad_inputs_fail_by_name_before_any_work(tiny_checkpoint, splits, tmp_pa
     with pytest.raises(CheckpointError, match="no_such_model"):
         F.run(F.Config(checkpoints=[str(tiny_checkpoint), str(tmp_path / "no_such_model")], data=str(splits["heldout"]),
                        probe=None, quick=True, out=str(tmp_path / "r.json"), progress=False))
+    assert not (tmp_path / "r.json").exists()
+    # a split of another SimDROID scene than the model's
+    other = tmp_path / "legible_split"
+    shutil.copytree(splits["heldout"], other)
+    info = json.loads((other / "meta" / "info.json").read_text())
+    info.setdefault("generation", {})["scene"] = "legible"
+    (other / "meta" / "info.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="legible-scene episodes, the world model is trained on the classic scene"):
+        F.run(F.Config(checkpoints=[str(tiny_checkpoint)], data=str(other), probe=None, quick=True,
+                       out=str(tmp_path / "r.json"), progress=False))
     assert not (tmp_path / "r.json").exists()
     # on the command line: one line, no traceback
     with pytest.raises(SystemExit) as e:

@@ -49,6 +49,17 @@ def test_scene_sizes_reach_the_compiled_model(legible):
         assert np.allclose(m.camera(name).pos, pos) and m.camera(name).fovy[0] == pytest.approx(fovy)
 
 
+def test_an_episodes_scene_is_read_from_its_metadata(legible):
+    assert S.scene_of({"scene": "legible", "source": "SimDROID-v0"}) == "legible"  # recorded beats inferred
+    assert S.scene_of({"source": "NeuralDROID-v0", "spec_source": "SimDROID-v1"}) == "legible"
+    assert S.scene_of({"source": "SimDROID-v0"}) == "classic"
+    assert S.scene_of({}) == "classic" and S.scene_of({"source": "images"}, default="legible") == "legible"
+    from neuralsim.envs.episodes import EpisodeSpec
+
+    spec = EpisodeSpec.from_simdroid(7, "stack", env=legible)
+    assert spec.metadata["scene"] == "legible" and S.scene_of(spec.metadata) == "legible"
+
+
 def test_unknown_scene_is_refused_by_name():
     with pytest.raises(ValueError, match="banana"):
         SimDROIDEnv(scene="banana")

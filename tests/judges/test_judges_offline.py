@@ -393,3 +393,25 @@ def test_train_script_with_auxiliary_heads(tmp_path):
     assert model.config.distance_head and model.config.goal_head and model.goal_head is not None
     j = make_roboworld(f"offline/{out}")(make_episode(num_frames=61, size=32))
     assert j.ok and j.score in {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
+
+
+def test_the_default_judge_reads_each_episode_with_its_scenes_weights():
+    import dataclasses
+
+    from judges.offline import default_weights_dir
+
+    judge = OfflineJudge()
+    classic = make_episode(num_frames=31, size=64, seed=3)
+    legible = dataclasses.replace(classic, metadata={"source": "NeuralDROID-v0", "scene": "legible"})
+    assert judge(classic).model == str(default_weights_dir("classic"))
+    assert judge(legible).model == str(default_weights_dir("legible"))
+    # a mixed batch answers each row with its own scene's judge
+    alone = OfflineJudge(default_weights_dir("legible")).predict_proba([legible])[0]
+    mixed = judge.predict_proba([classic, legible])
+    np.testing.assert_allclose(mixed[0], judge.predict_proba([classic])[0], atol=1e-5)
+    np.testing.assert_allclose(mixed[1], alone, atol=1e-5)
+    assert not np.allclose(mixed[0], mixed[1], atol=1e-3)  # two different judges
+    # an explicit directory judges every episode, whatever its scene
+    assert OfflineJudge(default_weights_dir("classic"))(legible).model == str(default_weights_dir("classic"))
+    with pytest.raises(ValueError, match="unknown scene 'moon'"):
+        default_weights_dir("moon")

@@ -113,6 +113,14 @@ def test_the_legible_recipe_trains_the_same_stages_on_legible_data(tmp_path):
     _, info = env.reset(seed=0)
     assert env.episodes is default_episodes("legible")
     assert info["episode_name"] in {s.name for s in default_episodes("legible")}
+    # its rollouts say so, and the default judge reads them with the legible scene's weights
+    from judges.offline import default_weights_dir
+    from judges.offline.judge import OfflineJudge
+
+    env.step(env.action_space.sample() * 0)
+    rollout = env.unwrapped.episode()
+    assert rollout.metadata["scene"] == "legible" and rollout.metadata["spec_source"] == "SimDROID-v1"
+    assert OfflineJudge()(rollout).model == str(default_weights_dir("legible"))
     classic = tmp_path / "classic"
     main(["data", "generate", str(classic), "--episodes", "1", "--actor", "idle", "--max-steps", "8", "--no-progress"])
     with pytest.raises(ValueError, match="mixes SimDROID scenes"):
