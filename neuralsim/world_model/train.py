@@ -27,6 +27,7 @@ wrapped in DDP; rank 0 writes; ``batch_size`` is per process).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import re
@@ -222,6 +223,15 @@ def check_resumable(trainer: dict, cfg: TrainConfig, out: Path) -> None:
                          f"{cfg.seed} (use the same, or another out)")
 
 
+def _records_scene(model_dir) -> bool:
+    """Does the model at ``model_dir`` record its scene (configs written before the field existed do not, and
+    read as classic)?"""
+    path = Path(model_dir) / "config.json" if model_dir else None
+    if path is None or not path.is_file():
+        return True
+    return "scene" in json.loads(path.read_text())
+
+
 def build_model(cfg: TrainConfig, checkpoint: Path | None):
     """The model a stage starts from: the checkpoint's raw weights on a resume, else ``init_from``, else a fresh
     model of preset ``config`` (its weights drawn after seeding torch with ``seed``)."""
@@ -277,7 +287,7 @@ def train(cfg: TrainConfig, label: str | None = None) -> dict:
         raise ValueError(f"dataset {cfg.data!r} is empty")
     scene = data_scene(cfg.data)
     if scene is not None and scene != wm.scene:
-        if wm.recipe.get("stages"):
+        if wm.recipe.get("stages") and _records_scene(checkpoint / "raw" if checkpoint else cfg.init_from):
             log.warning("%s was trained on the %s scene; this stage trains it on %s data, and it will be a %s model",
                         cfg.init_from or out, wm.scene, scene, scene)
         wm.scene = scene
