@@ -1,0 +1,63 @@
+"""A world model's videos of held-out SimDROID episodes, generated once and cached on disk.
+
+Shared by :mod:`benchmarks.mirabench` and :mod:`benchmarks.idm_turing`, which read the same rollouts: each
+held-out episode's recorded actions replayed open loop in ``NeuralDROIDVectorEnv`` from the episode's first
+frame (:func:`benchmarks.fidelity_episodes.open_loop`), :data:`CHUNK` episodes per call.  A chunk's world-model
+noise depends on ``seed``, its episodes' indices and the chunk length only, so a cached chunk is exactly what a
+fresh call would produce.
+
+Cache layout: ``DIR/<checkpoint hash>/s<seed>_<first>-<last>.npz`` with one ``ep<index>`` uint8 array
+(T, V, S, S, 3) per episode; the hash covers the checkpoint's weights file (a retrained model never reads a
+stale video).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .fidelity_episodes import EvalEpisode, open_loop
+
+log = logging.getLogger(__name__)
+
+#: Episodes generated per call (one batched world model).
+CHUNK = 8
+
+
+def checkpoint_hash(checkpoint: str | Path | None) -> str:
+    """First 12 hex digits of the sha256 of the checkpoint's ``model.safetensors`` (None: the shipped model)."""
+    from neuralsim.envs.neural_droid import resolve_checkpoint
+
+    path = Path(resolve_checkpoint(checkpoint)) / "model.safetensors"
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:12]
+
+
+def generate(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, cache: str | Path | None = None,
+             checkpoint: str | Path | None = None, progress: bool = False) -> list[np.ndarray]:
+    """One uint8 (T, V, S, S, 3) video per episode (frame 0 given), in :data:`CHUNK` s, read from ``cache`` when
+    there (``checkpoint`` names ``wm``'s directory for the cache key; None: the shipped model)."""
+    root = None if cache is None else Path(cache) / checkpoint_hash(checkpoint)
+    out: list[np.ndarray] = []
+    for start in range(0, len(episodes), CHUNK):
+        chunk = list(episodes[start:start + CHUNK])
+        path = None if root is None else root / f"s{seed}_{chunk[0].index}-{chunk[-1].index}.npz"
+        if path is not None and path.is_file():
+            with np.load(path) as z:
+                if all(f"ep{e.index}" in z.files for e in chunk):
+                    out += [z[f"ep{e.index}"] for e in chunk]
+                    continue
+        videos = open_loop(wm, chunk, seed=seed, batch_size=CHUNK, progress=progress)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(path, **{f"ep{e.index}": v for e, v in zip(chunk, videos)})
+            log.info("cached %s", path)
+        out += videos
+    return out
