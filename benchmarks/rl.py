@@ -18,7 +18,7 @@ the world-model reward has risen by ``divergence`` above its value at the best g
 fallen by as much below the best, the run is flagged ``diverged`` (and stops with ``--stop-on-divergence``).
 
 Held-out states are :mod:`benchmarks.policy_success`'s (seeds 2,000,000 + i, task families round-robin), so the
-``before`` numbers are the policy's success there; training states come from seeds 4,000,000 + and are never
+``before`` numbers are the policy's success there; training states come from seeds 8,000,000 + and are never
 evaluated.  ``OUT`` holds ``state.json`` (iteration, curves, the best point), ``policy/`` and ``best/`` (checkpoints
 loadable with ``make_policy("visuomotor:OUT/best")``), ``optimizer.pt``, ``curves.png`` and ``videos/`` (before and
 after, world model | SimDROID).  An interrupted run continues from its last iteration: every draw comes from
@@ -47,7 +47,7 @@ from .results_path import results_path
 from .rl_grpo import ACTION_HIGH, ACTION_LOW, ChunkPolicy, GRPOConfig, collect, group_advantages, update
 
 log = logging.getLogger(__name__)
-TRAIN_SEED0 = 4_000_000
+TRAIN_SEED0 = 8_000_000
 STATE, OPTIMIZER = "state.json", "optimizer.pt"
 #: Fields of the config that define a run; a resume with others is refused.
 IDENTITY = ("policy", "checkpoint", "judge", "groups", "group_size", "horizon", "heldout", "seed", "eval_every",

@@ -91,7 +91,7 @@ class ChunkPolicy:
     def mean(self, inputs: dict[str, torch.Tensor], net=None) -> torch.Tensor:
         """(N, replan_every, 8) mean actions: the network's arm velocities and gripper command."""
         net = self.net if net is None else net
-        arm, grip, _ = net(inputs["images"].float().div(255), inputs["state"], inputs["tool"], inputs["tokens"])
+        arm, grip = net(inputs["images"].float().div(255), inputs["state"], inputs["tool"], inputs["tokens"])[:2]
         chunk = torch.cat([arm, torch.sigmoid(grip)[..., None]], dim=-1)
         return chunk[:, :self.cfg.replan_every]
 

@@ -20,7 +20,7 @@ def load(name: str):
 
 def test_every_example_is_tested_and_documented():
     scripts = sorted(p.stem for p in EXAMPLES.glob("*.py"))
-    assert scripts == ["leaderboard", "optimism_check", "rollout", "serve_policy"]
+    assert scripts == ["leaderboard", "optimism_check", "rl_finetune", "rollout", "serve_policy"]
     readme = (EXAMPLES / "README.md").read_text()
     for name in scripts:
         assert f"{name}.py" in readme
@@ -93,6 +93,24 @@ def test_leaderboard_ranks_every_policy(tiny_checkpoint, capsys, one_torch_threa
     judged = [float(r[2]) for r in ranked]
     assert judged == sorted(judged, reverse=True)
     assert "rank correlation of judged score and true level over the 4 policies" in out
+
+
+def test_rl_finetune_prints_both_curves(tiny_checkpoint, tmp_path, capsys, one_torch_thread):
+    import torch
+
+    from policies.visuomotor.model import VisuomotorConfig, VisuomotorNet
+
+    torch.manual_seed(0)
+    policy = VisuomotorNet(VisuomotorConfig(channels=(4, 8, 8, 8), hidden=32, embed=8)).save_pretrained(
+        tmp_path / "policy")
+    module = load("rl_finetune")
+    assert module.main(["--policy", f"visuomotor:{policy}", "--checkpoint", str(tiny_checkpoint), "--iterations",
+                        "1", "--horizon", "8", "--heldout", "1", "--out", str(tmp_path / "rl")]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\d\.\d\d)\s+(\d\.\d\d)$", out, flags=re.M)
+    assert [int(r[0]) for r in rows] == [0, 1] and int(rows[1][1]) == 2 * 4 * 8  # groups x group size x horizon
+    assert re.search(r"kept iteration [01] \(best on SimDROID\): success \d\.\d\d -> \d\.\d\d", out)
+    assert (tmp_path / "rl" / "curves.png").stat().st_size > 0
 
 
 def test_spearman():
