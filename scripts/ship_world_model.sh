@@ -8,6 +8,8 @@
 # OOD) beside the optimism-bias benchmark, then the throughput benchmark alone (timing needs an idle machine).
 # Results go to benchmarks/results/*.json, logs to $LOGS; the reports being replaced are first copied to
 # $LOGS/previous/, so the old model's numbers stay at hand (git history keeps every committed report too).
+# The held-out and OOD splits are the model's scene's (config.scene: data/simdroid_* for classic, data/legible_* for
+# legible); a missing one is generated first with the README's command (seeds 1000000 held-out, 2000000 --ood).
 # Environment: HELDOUT, OOD, OB_EPISODES (optimism-bias episodes, default 18), LOGS, SKIP_EVAL, DECODER_FROM (a
 # decoder-stage run sharing the encoder bit for bit), WINDOW and DENOISING_STEPS (inference defaults written into the
 # shipped config; default: the model's own).
@@ -16,12 +18,20 @@ cd "$(dirname "$0")/.."
 . .venv/bin/activate
 SRC="${1:?usage: ship_world_model.sh MODEL_DIR}"
 DST=neuralsim/assets/world_model
-HELDOUT="${HELDOUT:-data/simdroid_heldout}"; OOD="${OOD:-data/simdroid_ood}"
+SCENE="$(python -c 'import json, sys; print(json.load(open(sys.argv[1] + "/config.json")).get("scene", "classic"))' "$SRC")"
+PREFIX=simdroid; [ "$SCENE" = classic ] || PREFIX="$SCENE"
+HELDOUT="${HELDOUT:-data/${PREFIX}_heldout}"; OOD="${OOD:-data/${PREFIX}_ood}"
 OB_EPISODES="${OB_EPISODES:-18}"; LOGS="${LOGS:-runs/ship}"
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
 mkdir -p "$LOGS"
 
 RESULTS=benchmarks/results
+if [ -z "${SKIP_EVAL:-}" ]; then
+  [ -e "$HELDOUT/meta/info.json" ] || neuralsim data generate "$HELDOUT" --scene "$SCENE" --episodes 60 \
+      --seed 1000000 --no-progress
+  [ -e "$OOD/meta/info.json" ] || neuralsim data generate "$OOD" --scene "$SCENE" --episodes 30 --seed 2000000 \
+      --ood --no-progress
+fi
 if [ -z "${SKIP_EVAL:-}" ]; then
   mkdir -p "$LOGS/previous"
   for name in fidelity optimism_bias throughput; do
