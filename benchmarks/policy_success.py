@@ -13,7 +13,9 @@ setting) to the horizon; the verdict is the simulator's ground truth at the last
 with its 95% Wilson interval, mean rubric level (0-5), the same per task family, and for the learned policies the
 inference time per query and per env step at batch 1 (one CPU thread) and of one batched forward pass.
 
-Writes ``benchmarks/results/policy_success.json`` (``--scene legible``: ``policy_success_legible.json``):
+The scene defaults to the one the shipped checkpoints were trained in (their ``config.scene``), and a learned
+policy from another scene is refused.  Writes ``benchmarks/results/policy_success.json`` for that scene (another
+``--scene X``: ``policy_success_X.json``):
 ``{"policies": [{"name", "learned", "episodes", "success_rate", "success_ci95", "mean_level", "per_task": {...}},
 ...]}`` plus the settings and every episode.
 """
@@ -38,7 +40,7 @@ SEED0 = 2_000_000
 
 @dataclass
 class Args:
-    scene: str = "classic"
+    scene: str = "legible"
     episodes: int = 30
     seed0: int = SEED0
     policies: list[str] = field(default_factory=list)
@@ -46,6 +48,21 @@ class Args:
     out: str | None = None
     quick: bool = False
     progress: bool = True
+
+
+def shipped_scene() -> str:
+    """The SimDROID scene the shipped checkpoints were trained in (``legible`` when none is shipped).
+
+    Raises:
+        ValueError: the shipped checkpoints come from different scenes.
+    """
+    from policies.visuomotor.policy import WEIGHTS_DIR, shipped_checkpoints
+
+    scenes = {json.loads((WEIGHTS_DIR / n / "config.json").read_text()).get("scene", "classic")
+              for n in shipped_checkpoints()}
+    if len(scenes) > 1:
+        raise ValueError(f"the shipped checkpoints come from several scenes {sorted(scenes)}; pass --scene")
+    return scenes.pop() if scenes else "legible"
 
 
 def default_policies() -> list[str]:
@@ -181,8 +198,9 @@ def print_report(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.policy_success", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scene", default="classic", choices=("classic", "legible"),
-                   help="SimDROID scene: classic (SimDROID-v0, default) or legible (SimDROID-v1)")
+    p.add_argument("--scene", default=None, choices=("classic", "legible"),
+                   help="SimDROID scene: classic (SimDROID-v0) or legible (SimDROID-v1); default: the shipped "
+                        "checkpoints' scene")
     p.add_argument("--episodes", type=int, default=30, help="held-out episodes per policy (default 30)")
     p.add_argument("--seed0", type=int, default=SEED0, help="first seed (default %(default)s, held out from training)")
     p.add_argument("--policy", dest="policies", action="append", default=None,
@@ -198,9 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    args = Args(scene=a.scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0, policies=a.policies or [],
+    default_scene = shipped_scene()
+    args = Args(scene=a.scene or default_scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0, policies=a.policies or [],
                 out=a.out, quick=a.quick, progress=a.progress)
-    name = "policy_success" if args.scene == "classic" else f"policy_success_{args.scene}"
+    name = "policy_success" if args.scene == default_scene else f"policy_success_{args.scene}"
     path = results_path(name, quick=args.quick, out=args.out)
     old = json.loads(path.read_text()) if a.update and path.is_file() else None
     if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"]) != (

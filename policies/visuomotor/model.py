@@ -9,7 +9,8 @@ I/O.  Per view (each its own small CNN)::
 FiLM from the instruction lets a channel fire on "the red cube" rather than on every cube, and the spatial
 softmax (Levine et al. 2016; Diffusion Policy's image encoder) turns where it fires into coordinates.  Two
 colour queries (linear maps of the target and base colour embeddings) are also matched against the half-resolution
-features pixel by pixel, and the spatial softmax of each match map is where that colour is in the view.  From the
+features pixel by pixel, and the spatial softmax of each match map is where that colour is in the view (training
+supervises that softmax with the pixel the cube projects to in the fixed exterior views).  From the
 keypoints of every view and the instruction a small head estimates where the target cube and the goal (bowl, pad
 or base cube) lie on the table (trained on the episodes' recorded poses).  The tool point follows from the joint
 positions by forward kinematics, so the policy also sees where those objects are *relative to its gripper*: without
@@ -164,7 +165,9 @@ class ViewEncoder(nn.Module):
         self.conv3 = nn.Conv2d(c2, c3, 3, padding=1)
         self.film1, self.film3 = FiLM(condition_dim, c1), FiLM(condition_dim, c3)
 
-    def forward(self, image: torch.Tensor, condition: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    def forward(self, image: torch.Tensor, condition: torch.Tensor, queries: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features (B, feature_dim) and the colour-match logits (B, 2, S/2, S/2): target, base colour."""
         x = F.relu(self.conv0(image * 2 - 1))                  # (B, c0, S/2, S/2)
         x = F.relu(self.film1(self.conv1(x), condition))       # (B, c1, S/2, S/2)
         match = torch.einsum("bqc,bchw->bqhw", queries, x)     # (B, 2, S/2, S/2): target, base colour
@@ -173,7 +176,7 @@ class ViewEncoder(nn.Module):
         x = self.film3(self.conv3(x), condition)               # (B, c3, S/4, S/4)
         points = spatial_softmax(x).flatten(1)                 # (B, 2 * c3)
         peak = x.flatten(2).amax(-1)                           # (B, c3)
-        return torch.cat([points, peak, colour], dim=1)
+        return torch.cat([points, peak, colour], dim=1), match
 
 
 # ----------------------------------------------------------------------------- network
@@ -199,8 +202,10 @@ class VisuomotorNet(nn.Module):
     ``forward(images, state, tool, tokens)``: ``images`` (B, V, 3, S, S) float in [0, 1] in ``config.views``
     order, ``state`` (B, 8) raw joint positions and gripper, ``tool`` (B, 9) the :func:`tool_pose` of those joint
     positions, ``tokens`` (B, 3) long.  Returns ``arm`` (B, H, 7) in
-    [-1, 1], ``gripper_logits`` (B, H) and ``positions`` (B, 4): the estimated target cube xy and goal xy, scaled as
-    :data:`POSITION_CENTRE` / :data:`POSITION_SCALE` say.
+    [-1, 1], ``gripper_logits`` (B, H), ``positions`` (B, 4): the estimated target cube xy and goal xy, scaled as
+    :data:`POSITION_CENTRE` / :data:`POSITION_SCALE` say, and ``match`` (B, V, 2, S/2, S/2): each view's target- and
+    base-colour match logits, whose softmax over pixels training supervises with where those cubes project in the
+    exterior views.
     """
 
     def __init__(self, config: VisuomotorConfig) -> None:
@@ -227,20 +232,21 @@ class VisuomotorNet(nn.Module):
                           self.colour_embed(tokens[:, 2])], dim=1)
 
     def forward(self, images: torch.Tensor, state: torch.Tensor, tool: torch.Tensor, tokens: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         b, v = images.shape[:2]
         if v != len(self.encoders):
             raise ValueError(f"expected {len(self.encoders)} views {self.config.views}, got {v}")
         words = self.instruction_embedding(tokens)
         queries = self.colour_query(self.colour_embed(tokens[:, 1:]))  # (B, 2, c1): target, base colour
-        visual = torch.cat([*(enc(images[:, i], words, queries) for i, enc in enumerate(self.encoders)), words], dim=1)
+        features, match = zip(*(enc(images[:, i], words, queries) for i, enc in enumerate(self.encoders)))
+        visual = torch.cat([*features, words], dim=1)
         positions = self.object_head(visual)                   # (B, 4) scaled target xy, goal xy
         tool_xy = (tool[:, :2] - self.position_centre[:2]) * POSITION_SCALE
         relative = positions - tool_xy.repeat(1, 2)            # (B, 4) target and goal relative to the tool
         s = (state - self.state_mean) / self.state_std
         h = self.trunk(torch.cat([visual, s, positions, relative, tool], dim=1))
         out = self.action_head(h).view(b, self.config.chunk_size, 8)  # (B, H, 8)
-        return torch.tanh(out[..., :7]), out[..., 7], positions
+        return torch.tanh(out[..., :7]), out[..., 7], positions, torch.stack(match, dim=1)
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory: str | Path) -> Path:

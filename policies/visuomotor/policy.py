@@ -189,7 +189,7 @@ class VisuomotorPolicy:
         tool = tool_pose(state[:, :7].astype(np.float64))
         with torch.inference_mode():
             x = torch.from_numpy(images).to(self.device).float().div_(255)
-            arm, grip, _ = self.model(x, torch.from_numpy(state).to(self.device),
+            arm, grip, _, _ = self.model(x, torch.from_numpy(state).to(self.device),
                                       torch.from_numpy(tool).to(self.device),
                                       torch.tensor(tokens, dtype=torch.long, device=self.device))
             chunk = torch.cat([arm, torch.sigmoid(grip)[..., None]], dim=-1)  # (N, H, 8)

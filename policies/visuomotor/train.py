@@ -9,8 +9,8 @@ noisy expert; episodes with a failure mode are left out unless ``--include-failu
 sample: the chosen views and the joint and gripper state at that frame, the instruction's tokens, and as target
 the next ``chunk_size`` actions (past the episode's end, its last action: a hold).  Loss: L1 on the 7 joint
 commands, binary cross-entropy on the gripper, and an auxiliary MSE on where the target cube (before it is
-touched) and the goal lie, from the episode's recorded poses.  Images are shifted by up to 4 px (DrQ) and the
-state jittered, so a policy does not need its arm exactly on a demonstration to act.
+touched) and the goal lie, from the episode's recorded poses.  Images are shifted by up to ``--shift`` px (DrQ) and
+the state jittered, so a policy does not need its arm exactly on a demonstration to act.
 
 One training run gives every checkpoint: ``--snapshots NAME=STEP,...`` saves the EMA weights at those steps
 (``runs/.../snapshots/NAME``); ``--ship`` also copies them into ``policies/visuomotor/weights/NAME``, where
@@ -75,6 +75,16 @@ class TrainPolicyConfig:
     """Decay of the weights' exponential moving average that the snapshots hold."""
     aux_weight: float = 1.0
     """Weight of the auxiliary object-position loss."""
+    pixel_weight: float = 1.0
+    """Weight of the colour-match loss: cross-entropy of each exterior view's target- and base-colour match map
+    (softmax over pixels) against the pixel the cube projects to."""
+    state_noise: float = 0.0
+    """Std of the Gaussian jitter added to the joint positions the policy reads [rad] (the action labels stay): it
+    moves the tool point the policy computes by centimetres at 0.02 rad, which blurs where it reaches."""
+    shift: int = 1
+    """Largest random image shift in pixels (DrQ's augmentation; 0 = none). The exterior cameras are fixed, so a
+    shift of s px moves every cube s px against its fixed table-position label: at about 1 cm per pixel, 4 px
+    blurs the object head by centimetres."""
     max_episodes: int | None = None
     """Use only the first N demonstrations (after filtering); None = all."""
     include_failure_modes: bool = False
@@ -100,6 +110,8 @@ class TrainPolicyConfig:
         if self.batch_size < 1 or self.checkpoint_every < 1:
             raise ValueError(f"--batch-size and --checkpoint-every must be >= 1, got {self.batch_size}, "
                              f"{self.checkpoint_every}")
+        if self.shift < 0 or self.state_noise < 0:
+            raise ValueError(f"--shift and --state-noise must be >= 0, got {self.shift}, {self.state_noise}")
         parse_snapshots(self.snapshots)
 
     @property
@@ -143,6 +155,8 @@ class Demonstrations:
     tokens: "torch.Tensor"    # (N, 3) long
     aux: "torch.Tensor"       # (N, 4) float32: target xy, goal xy [m]
     aux_mask: "torch.Tensor"  # (N, 4) float32: 1 where the label holds (the target before it is touched)
+    pixels: "torch.Tensor"    # (N, V, 2, 2) float32: target and base cube centre per view, (column, row) in [-1, 1]
+    pixel_mask: "torch.Tensor"  # (N, V, 2) float32: 1 where that label holds (exterior view, cube untouched, in view)
     episodes: int
 
     def __len__(self) -> int:
@@ -169,7 +183,7 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
 
     from neuralsim.data.reader import DatasetError, detect_layout, list_episodes, load_episode
     from neuralsim.data.writer import DATA_PATH, read_info
-    from neuralsim.envs.scene import get_scene
+    from neuralsim.envs.scene import get_scene, project_exterior
 
     from .model import VIEW_NAMES
     from .tokens import instruction_tokens
@@ -179,9 +193,12 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
     for root in roots:
         if detect_layout(root) != "simdroid":
             raise DatasetError(f"{root!r} is not a SimDROID dataset (write one with `neuralsim data generate`)")
-        source = (read_info(root) or {}).get("source")
-        if source != env_id:
-            raise DatasetError(f"{root!r} was generated in {source!r}, but --scene {scene} trains on {env_id}; "
+        info = read_info(root) or {}
+        source = info.get("source")
+        made_in = (info.get("generation") or {}).get("scene", "classic")  # no generation record: a classic set
+        if made_in != scene:
+            raise DatasetError(f"{root!r} was generated in the {made_in!r} scene ({source}), but --scene {scene} "
+                               f"trains on {env_id}; "
                                f"generate data with `neuralsim data generate DIR --scene {scene}` or pass the "
                                "dataset's scene")
         for rec in list_episodes(root):
@@ -192,7 +209,9 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
     if not chosen:
         raise DatasetError(f"no successful demonstrations in {roots}")
     idx = [VIEW_NAMES.index(v) for v in views]
-    parts: dict[str, list] = {k: [] for k in ("images", "state", "chunks", "tokens", "aux", "aux_mask")}
+    exterior = np.array([i < 2 for i in idx])  # views 0 and 1 are the fixed exterior cameras
+    parts: dict[str, list] = {k: [] for k in ("images", "state", "chunks", "tokens", "aux", "aux_mask", "pixels",
+                                              "pixel_mask")}
     for root, rec in tqdm(chosen, desc="reading demonstrations", unit="ep", disable=not progress):
         ep = load_episode(root, rec, image_size=64)
         t = len(ep)
@@ -208,17 +227,27 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
         parts["tokens"].append(np.tile(instruction_tokens(rec["instruction"]), (t, 1)))
         parts["aux"].append(np.tile(target + _goal_xy(rec), (t, 1)))
         parts["aux_mask"].append(np.stack([~touched, ~touched, np.ones(t, bool), np.ones(t, bool)], 1))
+        base = rec.get("base") if rec["family"] == "stack" else None
+        centres = np.array([rec["initial_poses"][k][:3] for k in (rec["target"], base or rec["target"])])
+        uv = project_exterior(centres, scene).transpose(1, 0, 2)[[min(i, 1) for i in idx]]  # (V, 2 cubes, 2)
+        seen = exterior[:, None] & (np.abs(uv).max(-1) < 1) & np.array([True, base is not None])[None]  # (V, 2)
+        parts["pixels"].append(np.tile(uv[None].astype(np.float32), (t, 1, 1, 1)))
+        parts["pixel_mask"].append(seen[None] & np.stack([~touched, np.ones(t, bool)], 1)[:, None, :])
     cat = {k: np.concatenate(v) for k, v in parts.items()}
     return Demonstrations(
         images=torch.from_numpy(cat["images"]), state=torch.from_numpy(cat["state"].astype(np.float32)),
         chunks=torch.from_numpy(cat["chunks"].astype(np.float32)), tokens=torch.from_numpy(cat["tokens"]).long(),
         aux=torch.from_numpy(cat["aux"].astype(np.float32)),
-        aux_mask=torch.from_numpy(cat["aux_mask"].astype(np.float32)), episodes=len(chosen))
+        aux_mask=torch.from_numpy(cat["aux_mask"].astype(np.float32)), pixels=torch.from_numpy(cat["pixels"]),
+        pixel_mask=torch.from_numpy(cat["pixel_mask"].astype(np.float32)), episodes=len(chosen))
 
 
 # ----------------------------------------------------------------------------- training
-def random_shift(images: "torch.Tensor", pad: int, generator: "torch.Generator") -> "torch.Tensor":
-    """Shift each image by a random integer offset in [-pad, pad] (edges replicated), DrQ's augmentation."""
+def random_shift(images: "torch.Tensor", pad: int, generator: "torch.Generator"
+                 ) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Shift each image by a random integer offset in [-pad, pad] (edges replicated), DrQ's augmentation.
+
+    Returns the shifted images and each one's offset (B, 2) as (columns, rows) the content moved by."""
     import torch
     import torch.nn.functional as F
 
@@ -229,46 +258,68 @@ def random_shift(images: "torch.Tensor", pad: int, generator: "torch.Generator")
     rows = (dy[:, None] + torch.arange(h)[None])[:, None, :, None].expand(b, c, h, w)  # (B, C, H, W)
     cols = (dx[:, None] + torch.arange(w)[None])[:, None, None, :].expand(b, c, h, w)
     flat = padded.flatten(2)  # (B, C, (H + 2p) * (W + 2p))
-    return flat.gather(2, (rows * (w + 2 * pad) + cols).flatten(2)).view(b, c, h, w)
+    moved = torch.stack([pad - dx, pad - dy], dim=1)
+    return flat.gather(2, (rows * (w + 2 * pad) + cols).flatten(2)).view(b, c, h, w), moved
 
 
 def make_batch(demos: Demonstrations, batch_size: int, generator: "torch.Generator", device: str,
-               augment: bool = True) -> dict:
-    """One batch of samples drawn uniformly (with the augmentation when ``augment``)."""
+               augment: bool = True, shift: int = 1, state_noise: float = 0.0) -> dict:
+    """One batch of samples drawn uniformly (with the augmentation when ``augment``: images shifted by up to
+    ``shift`` px, joint states jittered)."""
     import torch
 
     i = torch.randint(0, len(demos), (batch_size,), generator=generator)
     images = demos.images[i].float().div_(255)  # (B, V, 3, S, S)
     state = demos.state[i].clone()
+    pixels = demos.pixels[i].clone()  # (B, V, 2, 2)
     if augment:
         b, v = images.shape[:2]
-        images = random_shift(images.flatten(0, 1), 4, generator).view_as(images)
-        state[:, :7] += 0.02 * torch.randn(b, 7, generator=generator)
+        if shift > 0:
+            shifted, moved = random_shift(images.flatten(0, 1), shift, generator)
+            images = shifted.view_as(images)
+            pixels += (2.0 / images.shape[-1]) * moved.view(b, v, 1, 2).float()
+        if state_noise > 0:
+            state[:, :7] += state_noise * torch.randn(b, 7, generator=generator)
     from .model import tool_pose
 
     return {"images": images.to(device), "state": state.to(device), "tool": tool_pose(state[:, :7]).to(device),
             "chunks": demos.chunks[i].to(device),
             "tokens": demos.tokens[i].to(device), "aux": demos.aux[i].to(device),
-            "aux_mask": demos.aux_mask[i].to(device)}
+            "aux_mask": demos.aux_mask[i].to(device), "pixels": pixels.to(device),
+            "pixel_mask": demos.pixel_mask[i].to(device)}
 
 
-def bc_loss(model, batch: dict, aux_weight: float = 1.0) -> tuple["torch.Tensor", dict]:
+def pixel_index(uv: "torch.Tensor", height: int, width: int) -> "torch.Tensor":
+    """(..., 2) (column, row) in [-1, 1] -> (...) long: the index of the cell of a (height, width) map it falls in."""
+    import torch
+
+    col = ((uv[..., 0] + 1) * (width / 2)).floor().clamp(0, width - 1)
+    row = ((uv[..., 1] + 1) * (height / 2)).floor().clamp(0, height - 1)
+    return (row * width + col).to(torch.long)
+
+
+def bc_loss(model, batch: dict, aux_weight: float = 1.0, pixel_weight: float = 1.0) -> tuple["torch.Tensor", dict]:
     """Behaviour-cloning loss of a batch and its parts (detached floats)."""
     import torch
     import torch.nn.functional as F
 
     from .model import POSITION_CENTRE, POSITION_SCALE
 
-    arm, grip_logits, positions = model(batch["images"], batch["state"], batch["tool"], batch["tokens"])
+    arm, grip_logits, positions, match = model(batch["images"], batch["state"], batch["tool"], batch["tokens"])
     target = batch["chunks"]
     arm_loss = F.l1_loss(arm, target[..., :7].clamp(-1, 1))
     grip_loss = F.binary_cross_entropy_with_logits(grip_logits, target[..., 7].clamp(0, 1))
     centre = torch.tensor(POSITION_CENTRE, device=positions.device)
     err = (positions - (batch["aux"] - centre) * POSITION_SCALE) ** 2 * batch["aux_mask"]
     aux_loss = err.sum() / batch["aux_mask"].sum().clamp(min=1)
-    loss = arm_loss + grip_loss + aux_weight * aux_loss
+    h, w = match.shape[-2:]
+    ce = F.cross_entropy(match.flatten(3).flatten(0, 2), pixel_index(batch["pixels"], h, w).flatten(),
+                         reduction="none")  # (B * V * 2,)
+    mask = batch["pixel_mask"].flatten()
+    pixel_loss = (ce * mask).sum() / mask.sum().clamp(min=1)
+    loss = arm_loss + grip_loss + aux_weight * aux_loss + pixel_weight * pixel_loss
     return loss, {"loss": loss.item(), "arm_l1": arm_loss.item(), "gripper_bce": grip_loss.item(),
-                  "aux_mse": aux_loss.item()}
+                  "aux_mse": aux_loss.item(), "pixel_ce": pixel_loss.item()}
 
 
 def learning_rate(step: int, total: int, peak: float) -> float:
@@ -346,8 +397,9 @@ def train(cfg: TrainPolicyConfig) -> dict:
         model.train()
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, cfg.steps, cfg.lr)
-        batch = make_batch(demos, cfg.batch_size, _seeded(cfg.seed, step), cfg.device)
-        loss, parts = bc_loss(model, batch, cfg.aux_weight)
+        batch = make_batch(demos, cfg.batch_size, _seeded(cfg.seed, step), cfg.device, shift=cfg.shift,
+                           state_noise=cfg.state_noise)
+        loss, parts = bc_loss(model, batch, cfg.aux_weight, cfg.pixel_weight)
         if not math.isfinite(parts["loss"]):
             raise RuntimeError(f"non-finite loss at step {step}: {parts}")
         opt.zero_grad(set_to_none=True)
