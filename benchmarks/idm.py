@@ -16,8 +16,8 @@ generated video is read exactly as a true one.  Out, for the step t -> t+1:
 :func:`controller_action` turns an inferred move into SimDROID's DROID action on the replaying robot: the goal is
 the robot's own tool point moved by ``dp`` / ``dr``, pulled a share :data:`ABSOLUTE_GAIN` of the way towards the
 absolute pose read from the frame (so errors of the moves do not add up), reached by the scripted expert's damped
-least-squares IK step.  The weights are safetensors beside a JSON :class:`IDMConfig`; :meth:`InverseDynamics.from_pretrained`
-refuses files that do not match the config.
+least-squares IK step.  The weights are safetensors beside a JSON :class:`IDMConfig`;
+``InverseDynamics.from_pretrained(dir)`` (:func:`load`) refuses files that do not match the config.
 """
 
 from __future__ import annotations
@@ -60,12 +60,15 @@ class IDMConfig:
     """Channels of the first convolution (doubled twice)."""
     hidden: int = 256
     """Width of the MLP head."""
+    downsample: int = 2
+    """Views are average-pooled by this factor before the trunk (64x64 -> 32x32: a quarter of the compute)."""
     train: dict = field(default_factory=dict)
     """How the shipped weights were trained and their validation errors (filled by :func:`train`)."""
 
     def __post_init__(self):
-        if self.image_size % 16:
-            raise ValueError(f"image_size must be a multiple of 16, got {self.image_size}")
+        if self.downsample < 1 or self.image_size % (16 * self.downsample):
+            raise ValueError(f"image_size must be a multiple of 16 x downsample; got image_size {self.image_size}, "
+                             f"downsample {self.downsample}")
 
 
 def make_network(cfg: IDMConfig):
@@ -86,7 +89,7 @@ def make_network(cfg: IDMConfig):
                 nn.Conv2d(2 * w, 2 * w, 3, stride=2, padding=1), nn.GELU(),
                 nn.Conv2d(2 * w, 4 * w, 3, stride=2, padding=1), nn.GELU(),
                 nn.Conv2d(4 * w, 32, 1))
-            cells = (config.image_size // 16) ** 2
+            cells = (config.image_size // (16 * config.downsample)) ** 2
             self.head = nn.Sequential(nn.Linear(config.views * 32 * cells, config.hidden), nn.GELU(),
                                       nn.Linear(config.hidden, config.hidden), nn.GELU(),
                                       nn.Linear(config.hidden, OUT_DIM))
@@ -94,8 +97,10 @@ def make_network(cfg: IDMConfig):
         def forward(self, frames):
             b, _, v, s, _, _ = frames.shape
             x = frames.float().div(255.0).permute(0, 2, 1, 5, 3, 4)  # (B, V, 2, 3, S, S)
-            x = torch.cat([x[:, :, 0], x[:, :, 1], x[:, :, 1] - x[:, :, 0]], 2)  # (B, V, 9, S, S)
-            f = self.trunk(x.reshape(b * v, 9, s, s)).reshape(b, -1)  # (B, V * 32 * cells)
+            x = torch.cat([x[:, :, 0], x[:, :, 1], x[:, :, 1] - x[:, :, 0]], 2).reshape(b * v, 9, s, s)
+            if self.config.downsample > 1:
+                x = nn.functional.avg_pool2d(x, self.config.downsample)  # (B * V, 9, S / k, S / k)
+            f = self.trunk(x).reshape(b, -1)  # (B, V * 32 * cells)
             return self.head(f)
 
         @classmethod
@@ -297,7 +302,7 @@ def load_training_data(root: str | Path, max_episodes: int | None = None, progre
 
 
 def train(videos: Sequence[np.ndarray], targets: Sequence[np.ndarray], config: IDMConfig | None = None,
-          steps: int = 1200, batch_size: int = 32, lr: float = 2e-3, seed: int = 0, val_fraction: float = 0.1,
+          steps: int = 400, batch_size: int = 16, lr: float = 2e-3, seed: int = 0, val_fraction: float = 0.1,
           progress: bool = True):
     """Fit an IDM; the last ``val_fraction`` of the episodes are held out and their errors go into
     ``config.train``.  Loss: MSE on the scaled moves and poses, BCE on the gripper command."""
@@ -360,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default="data/classic", help="SimDROID training data (default %(default)s)")
     p.add_argument("--out", default=str(DEFAULT_DIR), help="directory for model.safetensors + config.json")
     p.add_argument("--max-episodes", type=int, default=None, help="first N episodes only")
-    p.add_argument("--steps", type=int, default=1200, help="training steps (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=400, help="training steps (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)

@@ -33,7 +33,8 @@ indicator is read by a fixed, inspectable tracker and set against the truth:
 * **Level 3**: read from :mod:`benchmarks.optimism_bias`'s report (``--optimism``; its TCR and Bias Res.).
 * **Headline** (MiraBench Fig. 4a, "action following does not guarantee failure preservation"): on Level 3's own
   rollouts, failure preservation of the perturbed rollouts of episodes whose nominal video the judge shows
-  succeeding against those it does not; decoupled when knowing one says little about the other.
+  succeeding against those it does not; reproduced when following the nominal actions does not come with more
+  failures preserved.
 
 Writes ``benchmarks/results/mirabench.json`` (``--quick``: ``mirabench_quick.json``); docs/BENCHMARKS.md has the
 table.
@@ -100,7 +101,7 @@ def truth_replay(episode) -> dict[str, Any]:
     from neuralsim.envs.sim_droid import SimDROIDEnv
 
     rec = episode.record
-    env = SimDROIDEnv(image_size=episode.frames.shape[2], reward_fn=None, max_episode_steps=None)
+    env = SimDROIDEnv(image_size=16, reward_fn=None, max_episode_steps=None)  # positions only: render small
     try:
         env.reset(seed=int(rec["seed"]), options={"task": rec["task"]})
         n_c = env.scene.num_cubes
@@ -247,7 +248,7 @@ def level3(path: str | None) -> dict[str, Any] | None:
         return None
     res = json.loads(Path(path).read_text())
     nom, overall = res["nominal"], res["overall"]
-    return {"source": str(path), "episodes": res["config"]["episodes"], "severity": res["config"]["severity"],
+    return {"source": _relative(str(Path(path).resolve())), "episodes": res["config"]["episodes"], "severity": res["config"]["severity"],
             "tcr_judge": nom["success_preservation"], "bias_res_judge": overall["failure_preservation"],
             "tcr_probe": nom["probe_success_preservation"], "bias_res_probe": overall["probe_failure_preservation"],
             "per_family_bias_res_judge": {f: c["failure_preservation"] for f, c in res["per_family"].items()},
@@ -273,20 +274,19 @@ def decoupling(rollouts: list[dict]) -> dict[str, Any]:
     return {"overall": split(pert), "per_task": per_task}
 
 
-def headline(l2: dict, l3: dict | None) -> dict[str, Any] | None:
-    """The three levels' headline numbers and MiraBench's decoupling question answered on our rollouts."""
+def headline(l3: dict | None) -> dict[str, Any] | None:
+    """MiraBench's finding (Fig. 4a: action following does not guarantee failure preservation) asked of our rollouts:
+    do the episodes whose nominal actions the world model follows preserve failures more often than the others?
+    ``reproduced`` when they do not (their Bias Res. is not higher); task families ranked both ways beside it."""
     if l3 is None:
         return None
     d = l3["decoupling"]["overall"]
     a, b = d["nominal_shown_success"]["rate"], d["nominal_shown_failure"]["rate"]
     per_task = l3["decoupling"]["per_task"]
-    by_tcr = sorted(per_task, key=lambda t: per_task[t]["tcr"]["rate"] or 0.0)
-    by_bias = sorted(per_task, key=lambda t: per_task[t]["bias_res"]["rate"] or 0.0)
     return {"bias_res_when_nominal_followed": a, "bias_res_when_nominal_not_followed": b,
-            "task_order_by_tcr": by_tcr, "task_order_by_bias_res": by_bias,
-            "decoupled": None if a is None or b is None else bool(a >= b or by_tcr != by_bias),
-            "rule": "decoupled unless episodes whose nominal video is followed also preserve failures less often than "
-                    "the others AND task families rank the same by TCR and by Bias Res."}
+            "task_order_by_tcr": sorted(per_task, key=lambda t: per_task[t]["tcr"]["rate"] or 0.0),
+            "task_order_by_bias_res": sorted(per_task, key=lambda t: per_task[t]["bias_res"]["rate"] or 0.0),
+            "reproduced": None if a is None or b is None else bool(a <= b)}
 
 
 # ---------------------------------------------------------------------------------------------- run
@@ -312,15 +312,31 @@ def run(cfg: Config) -> dict[str, Any]:
     rows = [evaluate_episode(probe, e, v, round_trip_frames(wm, e.frames, reference=e.frames[0]))
             for e, v in tqdm(list(zip(episodes, videos)), desc="tracking", unit="episode", disable=not cfg.progress)]
     l1, l2, l3 = summarise_level1(rows), summarise_level2(rows), level3(cfg.optimism)
-    report = {"benchmark": "mirabench", "config": asdict(cfg), "episodes": len(rows),
+    report = {"benchmark": "mirabench", "config": {k: _relative(v) for k, v in asdict(cfg).items()},
+              "episodes": len(rows),
               "frames": int(sum(r["frames"] for r in rows)),
               "thresholds": {k: getattr(I, k) for k in dir(I) if k.isupper()},
-              "level1": l1, "level2": l2, "level3": l3, "headline": headline(l2, l3),
+              "level1": l1, "level2": l2, "level3": l3, "headline": headline(l3),
               "seconds": round(time.perf_counter() - t0, 1), "per_episode": rows}
     out = results_path("mirabench", cfg.quick, cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
+    out.write_text(dump_report(report))
     return report
+
+
+def dump_report(report: dict[str, Any]) -> str:
+    """The report as JSON: indented, except one line per episode in ``per_episode``."""
+    head = json.dumps({k: v for k, v in report.items() if k != "per_episode"}, indent=1, default=_json_default)
+    rows = ",\n  ".join(json.dumps(r, default=_json_default) for r in report.get("per_episode", []))
+    return head[:-2] + f',\n "per_episode": [\n  {rows}\n ]\n}}\n'
+
+
+
+def _relative(value):
+    """A path under the working directory as a relative one (the committed report names no machine)."""
+    if isinstance(value, str) and value.startswith(str(Path.cwd()) + "/"):
+        return value[len(str(Path.cwd())) + 1:]
+    return value
 
 
 def _json_default(x):
@@ -369,8 +385,9 @@ def format_report(rep: dict[str, Any]) -> str:
         lines.append(f"  Bias Res. of episodes whose nominal video is followed "
                      f"{_pct(l3['decoupling']['overall']['nominal_shown_success'])} vs not "
                      f"{_pct(l3['decoupling']['overall']['nominal_shown_failure'])}; task families by TCR "
-                     f"{h['task_order_by_tcr']}, by Bias Res. {h['task_order_by_bias_res']} -> "
-                     f"{'decoupled' if h['decoupled'] else 'coupled'}")
+                     f"{h['task_order_by_tcr']}, by Bias Res. {h['task_order_by_bias_res']}")
+        lines.append("  MiraBench's 'action following does not guarantee failure preservation': "
+                     f"{'reproduced' if h['reproduced'] else 'not reproduced'}")
     lines.append(f"\n{rep['seconds']:.0f} s")
     return "\n".join(lines)
 

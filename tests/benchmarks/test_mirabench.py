@@ -178,5 +178,5 @@ def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, tmp_
     l1 = rep["level1"]
     assert l1["existence"]["generated"]["rate"] == l1["existence"]["true_video"]["rate"] == 1.0
     assert rep["level2"]["generated"]["outcome_agreement"]["rate"] == 1.0
-    assert rep["level3"] is not None and rep["headline"]["decoupled"] in (True, False)
+    assert rep["level3"] is not None and rep["headline"]["reproduced"] in (True, False)
     assert "Level 1" in mirabench.format_report(rep)
