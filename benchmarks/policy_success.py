@@ -2,7 +2,7 @@
 
 Usage:
     python -m benchmarks.policy_success                          # every shipped checkpoint + baselines, 30 episodes
-    python -m benchmarks.policy_success --episodes 60 --policy visuomotor-s3000 --policy expert
+    python -m benchmarks.policy_success --episodes 60 --policy visuomotor-s4000 --policy expert
     python -m benchmarks.policy_success --quick                  # 3 episodes each, *_quick.json
     python -m benchmarks.policy_success --policy zero --update   # re-measure some, keep the report's others
 

@@ -3,9 +3,9 @@
 ::
 
     from policies import make_policy, run_episode
-    policy = make_policy("visuomotor-s2500")                 # a shipped checkpoint (available_policies())
-    policy = VisuomotorPolicy.from_pretrained("runs/visuomotor/snapshots/visuomotor-s2500")   # any directory
-    result = run_episode(gym.make("SimDROID-v0"), policy, seed=1_000_000)
+    policy = make_policy("visuomotor-s4000")                 # a shipped checkpoint (available_policies())
+    policy = VisuomotorPolicy.from_pretrained("runs/visuomotor_legible/snapshots/visuomotor-s4000")  # any directory
+    result = run_episode(gym.make("SimDROID-v1"), policy, seed=2_000_000)    # the scene of its config.scene
 
 The policy reads only what a real DROID policy gets: the camera views named in its config, ``joint_position``,
 ``gripper_position`` and the instruction (tokenised by :mod:`policies.visuomotor.tokens`).  Images of another
@@ -28,8 +28,8 @@ from .errors import CheckpointError, PolicyInputError
 log = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-TRAIN_HINT = ("train them with `neuralsim train-policy --data DATA --out runs/visuomotor --ship` on data from "
-              "`neuralsim data generate DATA --episodes 300` (README, 'Visuomotor baselines')")
+TRAIN_HINT = ("train them with `neuralsim train-policy --data DATA --out runs/visuomotor_legible --ship` on data from "
+              "`neuralsim data generate DATA --scene legible --episodes 720` (README, 'Visuomotor baselines')")
 
 
 def shipped_checkpoints() -> list[str]:

@@ -1,8 +1,8 @@
 """Behaviour cloning of the visuomotor policies on SimDROID demonstrations: ``neuralsim train-policy``.
 
 Usage:
-    neuralsim data generate data/bc_classic --episodes 300 --seed 0 --noise 0 0.3 --failure-share 0.3
-    neuralsim train-policy --data data/bc_classic --out runs/visuomotor --ship   # the shipped checkpoints
+    neuralsim data generate data/legible --scene legible --episodes 720 --seed 0 --noise 0 0.3 --failure-share 0.3
+    neuralsim train-policy --out runs/visuomotor_legible --ship    # the shipped checkpoints (README for all the data)
 
 The demonstrations are the successful episodes of datasets written by ``neuralsim data generate`` (expert and
 noisy expert; episodes with a failure mode are left out unless ``--include-failure-modes``).  Every frame is a
@@ -39,9 +39,11 @@ if TYPE_CHECKING:  # torch is imported when training starts, so the CLI's --help
 log = logging.getLogger(__name__)
 
 #: The shipped checkpoints: name -> training step of the snapshot (all from one run).
-SHIPPED_SNAPSHOTS = "visuomotor-s250=250,visuomotor-s750=750,visuomotor-s1500=1500,visuomotor-s2500=2500"
+SHIPPED_SNAPSHOTS = "visuomotor-s250=250,visuomotor-s750=750,visuomotor-s2000=2000,visuomotor-s4000=4000"
+#: The datasets the shipped checkpoints learned from (README, "Visuomotor baselines", for the commands making them).
+SHIPPED_DATA = "data/legible,data/legible_mix,data/legible_full"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-TRAIN_COMMAND = "neuralsim train-policy --data DATA --out runs/visuomotor --ship"
+TRAIN_COMMAND = "neuralsim train-policy --data DATA --out runs/visuomotor_legible --ship"
 #: Options that may change between the invocations of one resumed run.
 RUN_ONLY = ("max_minutes", "stop_at", "checkpoint_every", "num_threads", "progress")
 
@@ -50,14 +52,14 @@ RUN_ONLY = ("max_minutes", "stop_at", "checkpoint_every", "num_threads", "progre
 class TrainPolicyConfig:
     """Options of ``neuralsim train-policy`` (one docstring per field; ``--help`` is generated from them)."""
 
-    data: str = dataclasses.field(default="data/bc_classic", metadata={"metavar": "DIR[,DIR...]"})
+    data: str = dataclasses.field(default=SHIPPED_DATA, metadata={"metavar": "DIR[,DIR...]"})
     """Dataset directories written by ``neuralsim data generate``, comma-separated."""
-    out: str = "runs/visuomotor"
+    out: str = "runs/visuomotor_legible"
     """Run directory: checkpoint.pt (resumable state), metrics.jsonl, snapshots/NAME."""
-    scene: str = dataclasses.field(default="classic", metadata={"choices": ("classic", "legible")})
+    scene: str = dataclasses.field(default="legible", metadata={"choices": ("classic", "legible")})
     """SimDROID scene the data must come from (classic = SimDROID-v0, legible = SimDROID-v1); recorded in every
     checkpoint's config."""
-    steps: int = 2500
+    steps: int = 4000
     """Total optimiser steps (the run stops at the last snapshot if that is later)."""
     snapshots: str = SHIPPED_SNAPSHOTS
     """Checkpoints to save, NAME=STEP,... (EMA weights at that step)."""
@@ -73,14 +75,15 @@ class TrainPolicyConfig:
     """Peak AdamW learning rate (linear warm-up over 100 steps, cosine decay to 10% at --steps)."""
     ema: float = 0.995
     """Decay of the weights' exponential moving average that the snapshots hold."""
-    aux_weight: float = 1.0
+    aux_weight: float = 10.0
     """Weight of the auxiliary object-position loss."""
     pixel_weight: float = 1.0
     """Weight of the colour-match loss: cross-entropy of each exterior view's target- and base-colour match map
     (softmax over pixels) against the pixel the cube projects to."""
-    state_noise: float = 0.0
-    """Std of the Gaussian jitter added to the joint positions the policy reads [rad] (the action labels stay): it
-    moves the tool point the policy computes by centimetres at 0.02 rad, which blurs where it reaches."""
+    state_noise: float = 0.02
+    """Std of the Gaussian jitter added to the joint positions the policy reads [rad] (the action labels stay), so a
+    policy does not need its arm exactly on a demonstration to act; at 0.02 rad it moves the tool point the policy
+    computes by about a centimetre or two."""
     shift: int = 1
     """Largest random image shift in pixels (DrQ's augmentation; 0 = none). The exterior cameras are fixed, so a
     shift of s px moves every cube s px against its fixed table-position label: at about 1 cm per pixel, 4 px
@@ -263,7 +266,7 @@ def random_shift(images: "torch.Tensor", pad: int, generator: "torch.Generator"
 
 
 def make_batch(demos: Demonstrations, batch_size: int, generator: "torch.Generator", device: str,
-               augment: bool = True, shift: int = 1, state_noise: float = 0.0) -> dict:
+               augment: bool = True, shift: int = 1, state_noise: float = 0.02) -> dict:
     """One batch of samples drawn uniformly (with the augmentation when ``augment``: images shifted by up to
     ``shift`` px, joint states jittered)."""
     import torch
@@ -451,10 +454,11 @@ def register_command(subparsers) -> None:
                                           "SimDROID datasets (neuralsim data generate): one run, snapshots at "
                                           "given steps, resumable (re-run the same command), seeded.",
                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="example:\n  neuralsim data generate data/bc_classic --episodes 300\n"
-                                     "  neuralsim train-policy --data data/bc_classic --out runs/visuomotor --ship\n"
-                                     "  neuralsim train-policy --scene legible --data data/bc_legible --out "
-                                     "runs/visuomotor_legible --ship")
+                              epilog="example:\n  neuralsim data generate data/legible --scene legible --episodes 720\n"
+                                     "  neuralsim train-policy --data data/legible --out runs/visuomotor_legible\n"
+                                     "  neuralsim train-policy --out runs/visuomotor_legible --ship   # the shipped "
+                                     "recipe\n  neuralsim train-policy --scene classic --data data/bc_classic --out "
+                                     "runs/visuomotor_classic")
     add_arguments(p, TrainPolicyConfig)
     p.set_defaults(func=run_command)
 

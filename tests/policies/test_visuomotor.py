@@ -1,5 +1,5 @@
 """Tests of the learned visuomotor baselines: tokens, training (CLI smoke run, resume, determinism), checkpoints,
-bad inputs, closed-loop steps in SimDROID-v0 and NeuralDROID-v0 (single and vector), and a round trip through
+bad inputs, closed-loop steps in SimDROID-v1 (the scene the shipped checkpoints learned in) and NeuralDROID-v0 (single and vector), and a round trip through
 :mod:`policies.server` on loopback.
 
 The training tests run on a 3-episode dataset written by :func:`neuralsim.data.generate.generate` (raw frames, no
@@ -51,8 +51,11 @@ def policy(shipped) -> VisuomotorPolicy:
     return make_policy(shipped[-1], num_threads=1)
 
 
+SHIPPED_ENV = "SimDROID-v1"  # the legible scene, config.scene of every shipped checkpoint
+
+
 def sim_observation(seed: int = 2_000_000):
-    env = gym.make("SimDROID-v0")
+    env = gym.make(SHIPPED_ENV)
     obs, info = env.reset(seed=seed)
     env.close()
     return obs, info["instruction"]
@@ -61,7 +64,8 @@ def sim_observation(seed: int = 2_000_000):
 def tiny_train(demos: Path, out: Path, **kw):
     from policies.visuomotor.train import TrainPolicyConfig, train
 
-    cfg = dict(data=str(demos), out=str(out), steps=4, snapshots="a=2,b=4", batch_size=4, progress=False)
+    cfg = dict(data=str(demos), scene="classic", out=str(out), steps=4, snapshots="a=2,b=4", batch_size=4,
+               progress=False)
     return train(TrainPolicyConfig(**{**cfg, **kw}))
 
 
@@ -80,8 +84,8 @@ def test_instruction_tokens_read_the_three_phrasings():
 # ----------------------------------------------------------------------------- training
 def test_train_policy_cli_smoke_run_writes_loadable_snapshots(demos, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "neuralsim.cli", "train-policy", "--data", str(demos), "--out", str(out),
-           "--steps", "2", "--snapshots", "early=1,late=2", "--batch-size", "4", "--no-progress"]
+    cmd = [sys.executable, "-m", "neuralsim.cli", "train-policy", "--data", str(demos), "--scene", "classic",
+           "--out", str(out), "--steps", "2", "--snapshots", "early=1,late=2", "--batch-size", "4", "--no-progress"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=110, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
@@ -118,6 +122,19 @@ def test_training_resumes_on_the_same_curve_and_is_deterministic(demos, tmp_path
         tiny_train(demos, tmp_path / "whole", lr=1e-4)
 
 
+def test_image_shift_moves_the_pixel_labels_with_the_content():
+    import torch
+
+    from policies.visuomotor.train import pixel_index, random_shift
+
+    images = torch.zeros(16, 1, 8, 8)
+    images[:, 0, 3, 5] = 1.0  # a dot at column 5, row 3
+    shifted, moved = random_shift(images, 2, torch.Generator().manual_seed(0))
+    uv = torch.tensor([5.5, 3.5]) / 4 - 1 + moved.float() / 4  # the dot's centre in [-1, 1], moved with the image
+    found = shifted.flatten(1).argmax(1)
+    assert torch.equal(found, pixel_index(uv, 8, 8)) and moved.abs().max() <= 2 and moved.abs().sum() > 0
+
+
 def test_training_refuses_a_dataset_of_another_scene(demos, tmp_path):
     from neuralsim.data.reader import DatasetError
 
@@ -134,7 +151,7 @@ def test_shipped_checkpoints_are_listed_small_and_record_their_scene(shipped):
         d = WEIGHTS_DIR / name
         assert (d / "model.safetensors").stat().st_size <= 5 * 2**20
         config = json.loads((d / "config.json").read_text())
-        assert config["scene"] == "classic" and config["training"]["step"] >= 1
+        assert config["scene"] == "legible" and config["training"]["step"] >= 1
 
 
 def test_missing_weights_and_hub_ids_are_clear_errors(shipped, tmp_path):
@@ -190,7 +207,7 @@ def test_batched_inference_matches_single_rows(policy):
 
 # ----------------------------------------------------------------------------- closed loop
 def test_closed_loop_in_simdroid(policy):
-    env = gym.make("SimDROID-v0")
+    env = gym.make(SHIPPED_ENV)
     res = run_episode(env, policy, max_steps=20, seed=2_000_001)
     env.close()
     assert res.steps == 20 and res.num_queries == 3  # chunks of 12, 8 executed per query
@@ -224,7 +241,7 @@ def test_served_through_the_openpi_server_gives_the_same_actions(shipped):
     from policies.server import PolicyServer
 
     served, local = make_policy(shipped[-1], num_threads=1), make_policy(shipped[-1], num_threads=1)
-    env = gym.make("SimDROID-v0")
+    env = gym.make(SHIPPED_ENV)
     obs, info = env.reset(seed=2_000_002)
     with PolicyServer(served, port=0) as server, OpenPIClient("127.0.0.1", server.port) as client:
         assert client.metadata["image_resolution"] == [64, 64] and client.action_mode == "joint_velocity"
