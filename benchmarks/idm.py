@@ -1,8 +1,9 @@
 """A small gripper-centric inverse dynamics model (GC-IDM): two consecutive frames -> the tool-point move between them.
 
-Usage (trains the shipped model in ``benchmarks/assets/idm``; ~20 min on a busy 2-core CPU)::
+Usage (trains the shipped model in ``benchmarks/assets/idm``: 2500 steps on the first 200 episodes of
+``data/classic``, 23 minutes on a busy 2-core CPU)::
 
-    python -m benchmarks.idm --data data/classic --out benchmarks/assets/idm
+    python -m benchmarks.idm --out benchmarks/assets/idm
 
 What it reads and says (WoW-World-Eval §5 and Appendix 10.3: an IDM trained only on real executions turns a video
 into actions for the robot; the gripper-centric variant predicts the end effector's motion rather than joint
@@ -302,7 +303,7 @@ def load_training_data(root: str | Path, max_episodes: int | None = None, progre
 
 
 def train(videos: Sequence[np.ndarray], targets: Sequence[np.ndarray], config: IDMConfig | None = None,
-          steps: int = 400, batch_size: int = 16, lr: float = 2e-3, seed: int = 0, val_fraction: float = 0.1,
+          steps: int = 2500, batch_size: int = 16, lr: float = 2e-3, seed: int = 0, val_fraction: float = 0.1,
           progress: bool = True):
     """Fit an IDM; the last ``val_fraction`` of the episodes are held out and their errors go into
     ``config.train``.  Loss: MSE on the scaled moves and poses, BCE on the gripper command."""
@@ -364,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.idm", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="data/classic", help="SimDROID training data (default %(default)s)")
     p.add_argument("--out", default=str(DEFAULT_DIR), help="directory for model.safetensors + config.json")
-    p.add_argument("--max-episodes", type=int, default=None, help="first N episodes only")
-    p.add_argument("--steps", type=int, default=400, help="training steps (default %(default)s)")
+    p.add_argument("--max-episodes", type=int, default=200, help="first N episodes (default %(default)s)")
+    p.add_argument("--steps", type=int, default=2500, help="training steps (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s)")
     p.add_argument("--no-progress", dest="progress", action="store_false")

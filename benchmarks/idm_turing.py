@@ -35,6 +35,7 @@ import logging
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,7 +173,9 @@ def run(cfg: Config) -> dict[str, Any]:
                                  disable=not cfg.progress)]
     finally:
         env.close()
-    report = {"benchmark": "idm_turing", "config": asdict(cfg), "idm_config": asdict(model.config),
+    here = str(Path.cwd()) + "/"  # the committed report names no machine
+    config = {k: v[len(here):] if isinstance(v, str) and v.startswith(here) else v for k, v in asdict(cfg).items()}
+    report = {"benchmark": "idm_turing", "config": config, "idm_config": asdict(model.config),
               "episodes": len(rows), "truly_successful": sum(r["true_success"] for r in rows),
               "summary": summarise(rows), "reference": {"gc_idm_on_real_videos": 0.90, "wow_best_generated": 0.4074},
               "seconds": round(time.perf_counter() - t0, 1), "per_episode": rows}
