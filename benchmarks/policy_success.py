@@ -217,8 +217,8 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     default_scene = shipped_scene()
-    args = Args(scene=a.scene or default_scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0, policies=a.policies or [],
-                out=a.out, quick=a.quick, progress=a.progress)
+    args = Args(scene=a.scene or default_scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0,
+                policies=a.policies or [], out=a.out, quick=a.quick, progress=a.progress)
     name = "policy_success" if args.scene == default_scene else f"policy_success_{args.scene}"
     path = results_path(name, quick=args.quick, out=args.out)
     old = json.loads(path.read_text()) if a.update and path.is_file() else None

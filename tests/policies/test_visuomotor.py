@@ -1,6 +1,6 @@
 """Tests of the learned visuomotor baselines: tokens, training (CLI smoke run, resume, determinism), checkpoints,
-bad inputs, closed-loop steps in SimDROID-v1 (the scene the shipped checkpoints learned in) and NeuralDROID-v0 (single and vector), and a round trip through
-:mod:`policies.server` on loopback.
+bad inputs, closed-loop steps in SimDROID-v1 (the scene the shipped checkpoints learned in) and NeuralDROID-v0
+(single and vector), and a round trip through :mod:`policies.server` on loopback.
 
 The training tests run on a 3-episode dataset written by :func:`neuralsim.data.generate.generate` (raw frames, no
 ffmpeg) with a budget of a few optimiser steps; the closed-loop tests use the shipped checkpoints.
