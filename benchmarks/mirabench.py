@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.mirabench --quick                        # 2 episodes, a smoke run (< 3 min)
+    python -m benchmarks.mirabench --quick                        # 1 episode, a smoke run (< 3 min)
     python -m benchmarks.mirabench --episodes 48 --cache runs/mirabench/videos    # the reported run
     python -m benchmarks.mirabench --checkpoint runs/sf/model --optimism runs/sf_optimism_bias.json
 
@@ -60,7 +60,7 @@ from .stats import wilson_interval
 
 log = logging.getLogger(__name__)
 
-QUICK_EPISODES = 2
+QUICK_EPISODES = 1
 #: Level 1 indicators: appearance ones read area and colour, motion ones positions (and the tool point).
 APPEARANCE = ("existence", "colour", "size", "occlusion")
 MOTION = ("teleport", "post_contact_drift", "fall")
