@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from . import idm as D
-from .results_path import out_help, results_path
+from . import world_model_videos as W
+from .results_path import results_path
 from .stats import wilson_interval
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class Config:
     """World-model directory (None: the shipped model)."""
     idm: str = str(D.DEFAULT_DIR)
     """Inverse dynamics model directory."""
-    data: str = "data/classic_heldout"
+    data: str = "data/simdroid_heldout"
     """Held-out SimDROID split (never seen by the IDM or the world model)."""
     episodes: int = 48
     """The first N episodes of ``data``."""
@@ -212,35 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.idm_turing", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="protocol and results: docs/BENCHMARKS.md")
-    p.add_argument("--checkpoint", default=None, help="world-model directory (default: the shipped model)")
+    W.add_arguments(p, d, quick_episodes=QUICK_EPISODES, name="idm_turing", shares_cache_with="mirabench")
     p.add_argument("--idm", default=d.idm, help="inverse dynamics model directory (default: the shipped one)")
-    p.add_argument("--data", default=d.data, help="held-out SimDROID split (default %(default)s)")
-    p.add_argument("--episodes", type=int, default=d.episodes, help="first N held-out episodes (default %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="world-model noise: episode i uses seed + i")
     p.add_argument("--absolute-gain", dest="absolute_gain", type=float, default=d.absolute_gain,
                    help="controller: share of the way to the pose read from the frame (default %(default)s)")
-    p.add_argument("--cache", default=None, help="directory caching generated videos (shared with mirabench)")
-    p.add_argument("--quick", action="store_true", help=f"{QUICK_EPISODES} episodes: a smoke run (< 3 min)")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads (default %(default)s)")
-    p.add_argument("--out", default=None, help=out_help("idm_turing"))
-    p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    cfg = Config(**{k: getattr(args, k) for k in Config.__dataclass_fields__})
-    from neuralsim.world_model.model import CheckpointError
-
-    try:
-        rep = run(cfg)
-    except (CheckpointError, D.WeightsError, FileNotFoundError, ValueError) as e:
-        parser.error(str(e))
-    print(format_report(rep))
-    print(f"JSON: {results_path('idm_turing', cfg.quick, cfg.out)}")
-    return 0
+    return W.cli(build_parser(), argv, Config, run, format_report, "idm_turing", errors=(D.WeightsError,))
 
 
 if __name__ == "__main__":

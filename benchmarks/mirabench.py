@@ -54,8 +54,9 @@ from typing import Any
 import numpy as np
 
 from . import mirabench_indicators as I
+from . import world_model_videos as W
 from .object_probe import DEFAULT_DIR as DEFAULT_PROBE_DIR
-from .results_path import out_help, results_path
+from .results_path import results_path
 from .stats import wilson_interval
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class Config:
 
     checkpoint: str | None = None
     """World-model directory (None: the shipped model)."""
-    data: str = "data/classic_heldout"
+    data: str = "data/simdroid_heldout"
     """Held-out SimDROID split (classic scene, the shipped model's)."""
     episodes: int = 48
     """The first N episodes of ``data``."""
@@ -248,7 +249,8 @@ def level3(path: str | None) -> dict[str, Any] | None:
         return None
     res = json.loads(Path(path).read_text())
     nom, overall = res["nominal"], res["overall"]
-    return {"source": _relative(str(Path(path).resolve())), "episodes": res["config"]["episodes"], "severity": res["config"]["severity"],
+    return {"source": _relative(str(Path(path).resolve())), "episodes": res["config"]["episodes"],
+            "severity": res["config"]["severity"],
             "tcr_judge": nom["success_preservation"], "bias_res_judge": overall["failure_preservation"],
             "tcr_probe": nom["probe_success_preservation"], "bias_res_probe": overall["probe_failure_preservation"],
             "per_family_bias_res_judge": {f: c["failure_preservation"] for f, c in res["per_family"].items()},
@@ -397,36 +399,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.mirabench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="protocol and results: docs/BENCHMARKS.md")
-    p.add_argument("--checkpoint", default=None, help="world-model directory (default: the shipped model)")
-    p.add_argument("--data", default=d.data, help="held-out SimDROID split (default %(default)s)")
-    p.add_argument("--episodes", type=int, default=d.episodes, help="first N held-out episodes (default %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="world-model noise: episode i uses seed + i")
+    W.add_arguments(p, d, quick_episodes=QUICK_EPISODES, name="mirabench", shares_cache_with="idm_turing")
     p.add_argument("--probe", default=d.probe, help="object-probe directory (default: the shipped probe)")
     p.add_argument("--optimism", default=d.optimism,
                    help="optimism_bias JSON of the same model for Level 3 (default: the shipped report)")
     p.add_argument("--no-level3", dest="optimism", action="store_const", const=None, help="leave Level 3 out")
-    p.add_argument("--cache", default=None, help="directory caching generated videos (shared with idm_turing)")
-    p.add_argument("--quick", action="store_true", help=f"{QUICK_EPISODES} episodes: a smoke run (< 3 min)")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads (default %(default)s)")
-    p.add_argument("--out", default=None, help=out_help("mirabench"))
-    p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    cfg = Config(**{k: getattr(args, k) for k in Config.__dataclass_fields__})
-    from neuralsim.world_model.model import CheckpointError
-
-    try:
-        rep = run(cfg)
-    except (CheckpointError, FileNotFoundError, ValueError) as e:
-        parser.error(str(e))
-    print(format_report(rep))
-    print(f"JSON: {results_path('mirabench', cfg.quick, cfg.out)}")
-    return 0
+    return W.cli(build_parser(), argv, Config, run, format_report, "mirabench")
 
 
 if __name__ == "__main__":

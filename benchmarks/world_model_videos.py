@@ -61,3 +61,41 @@ def generate(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, cache: str |
             log.info("cached %s", path)
         out += videos
     return out
+
+
+def add_arguments(p, defaults, *, quick_episodes: int, name: str, shares_cache_with: str) -> None:
+    """The options every benchmark over these videos takes (``defaults``: its Config; ``name``: its report)."""
+    from .results_path import out_help
+
+    p.add_argument("--checkpoint", default=None, help="world-model directory (default: the shipped model)")
+    p.add_argument("--data", default=defaults.data, help="held-out SimDROID split (default %(default)s)")
+    p.add_argument("--episodes", type=int, default=defaults.episodes,
+                   help="first N held-out episodes (default %(default)s)")
+    p.add_argument("--seed", type=int, default=defaults.seed, help="world-model noise: episode i uses seed + i")
+    p.add_argument("--cache", default=None,
+                   help=f"directory caching generated videos (shared with {shares_cache_with})")
+    p.add_argument("--quick", action="store_true", help=f"{quick_episodes} episode(s): a smoke run (< 3 min)")
+    p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads (default %(default)s)")
+    p.add_argument("--out", default=None, help=out_help(name))
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+
+
+def cli(parser, argv, config_cls, run, format_report, name: str, errors: tuple = ()) -> int:
+    """Parse ``argv`` into ``config_cls``, ``run`` it, print the report and where its JSON went.  Bad input (an
+    unreadable checkpoint, a missing split, a bad value, or one of ``errors``) exits 2 with the message."""
+    import logging
+
+    from neuralsim.world_model.model import CheckpointError
+
+    from .results_path import results_path
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    cfg = config_cls(**{k: getattr(args, k) for k in config_cls.__dataclass_fields__})
+    try:
+        rep = run(cfg)
+    except (CheckpointError, FileNotFoundError, ValueError, *errors) as e:
+        parser.error(str(e))
+    print(format_report(rep))
+    print(f"JSON: {results_path(name, cfg.quick, cfg.out)}")
+    return 0

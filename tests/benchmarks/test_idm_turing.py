@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks import idm as D
-
-HELDOUT = Path(__file__).resolve().parents[2] / "data" / "classic_heldout"
 
 
 @pytest.fixture
@@ -77,15 +74,6 @@ def test_labels_decode_back_to_the_true_moves():
     assert y[:, 15].tolist() == [0.0, 0.0, 1.0, 1.0]
 
 
-@pytest.fixture
-def one_true_episode():
-    if not (HELDOUT / "meta" / "episodes.jsonl").is_file():
-        pytest.skip("needs data/classic_heldout (neuralsim data generate)")
-    from benchmarks.fidelity_episodes import load_split
-
-    return load_split(HELDOUT, 64, 1)[0]
-
-
 def test_the_true_moves_replayed_through_the_controller_succeed(one_true_episode):
     from benchmarks.idm_turing import replay
     from neuralsim.envs.sim_droid import SimDROIDEnv
@@ -103,7 +91,7 @@ def test_the_true_moves_replayed_through_the_controller_succeed(one_true_episode
         env.close()
 
 
-def test_idm_turing_smoke_with_the_true_video_as_generated(one_true_episode, tiny_idm, tmp_path):
+def test_idm_turing_smoke_with_the_true_video_as_generated(one_true_episode, heldout_split, tiny_idm, tmp_path):
     from benchmarks import idm_turing
     from benchmarks.world_model_videos import checkpoint_hash
 
@@ -112,8 +100,8 @@ def test_idm_turing_smoke_with_the_true_video_as_generated(one_true_episode, tin
     (cache / checkpoint_hash(None)).mkdir(parents=True)
     np.savez_compressed(cache / checkpoint_hash(None) / f"s0_{e.index}-{e.index}.npz", **{f"ep{e.index}": e.frames})
     out = tmp_path / "idm_turing.json"
-    rep = idm_turing.run(idm_turing.Config(episodes=1, idm=str(tiny_idm), cache=str(cache), out=str(out),
-                                           progress=False))
+    rep = idm_turing.run(idm_turing.Config(data=str(heldout_split), episodes=1, idm=str(tiny_idm), cache=str(cache),
+                                           out=str(out), progress=False))
     s = rep["summary"]
     assert s["oracle"]["replay_success_rate"]["rate"] == 1.0
     row = rep["per_episode"][0]  # the same video twice: the same inferred actions and replay

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ from benchmarks import mirabench_indicators as I
 from benchmarks.cube_tracks import reference_colours, window_blobs
 
 T = 60
-HELDOUT = Path(__file__).resolve().parents[2] / "data" / "classic_heldout"
 
 
 def carried_cube():
@@ -133,15 +131,6 @@ def test_window_blobs_counts_a_painted_cube_and_nothing_once_painted_out():
     assert np.allclose(colours[0], (240, 120, 20)) and np.isnan(colours[1]).all()
 
 
-@pytest.fixture
-def one_true_episode():
-    if not (HELDOUT / "meta" / "episodes.jsonl").is_file():
-        pytest.skip("needs data/classic_heldout (neuralsim data generate)")
-    from benchmarks.fidelity_episodes import load_split
-
-    return load_split(HELDOUT, 64, 1)[0]
-
-
 def test_tracker_on_a_true_video_and_with_the_target_painted_out(one_true_episode, one_torch_thread):
     from benchmarks.cube_tracks import track_video
     from benchmarks.object_probe import DEFAULT_DIR, load
@@ -163,7 +152,8 @@ def test_tracker_on_a_true_video_and_with_the_target_painted_out(one_true_episod
     assert not I.existence(painted.area[:, target]).passed
 
 
-def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, tmp_path, one_torch_thread):
+def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, heldout_split, tmp_path,
+                                                          one_torch_thread):
     """The pipeline end to end on one episode, the true video cached as the world model's (no generation)."""
     from benchmarks import mirabench
     from benchmarks.world_model_videos import checkpoint_hash
@@ -173,7 +163,8 @@ def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, tmp_
     (cache / checkpoint_hash(None)).mkdir(parents=True)
     np.savez_compressed(cache / checkpoint_hash(None) / f"s0_{e.index}-{e.index}.npz", **{f"ep{e.index}": e.frames})
     out = tmp_path / "mirabench.json"
-    rep = mirabench.run(mirabench.Config(episodes=1, cache=str(cache), out=str(out), progress=False))
+    rep = mirabench.run(mirabench.Config(data=str(heldout_split), episodes=1, cache=str(cache), out=str(out),
+                                         progress=False))
     assert json.loads(out.read_text())["episodes"] == 1
     l1 = rep["level1"]
     assert l1["existence"]["generated"]["rate"] == l1["existence"]["true_video"]["rate"] == 1.0
