@@ -92,6 +92,9 @@ def cli(parser, argv, config_cls, run, format_report, name: str, errors: tuple =
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     cfg = config_cls(**{k: getattr(args, k) for k in config_cls.__dataclass_fields__})
+    if not (Path(cfg.data) / "meta").is_dir():
+        parser.error(f"no held-out split at {cfg.data}; make it with: neuralsim data generate {cfg.data} "
+                     "--episodes 60 --seed 1000000 (about 80 s; add --scene legible for a legible model)")
     try:
         rep = run(cfg)
     except (CheckpointError, FileNotFoundError, ValueError, *errors) as e:

@@ -171,3 +171,14 @@ def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, held
     assert rep["level2"]["generated"]["outcome_agreement"]["rate"] == 1.0
     assert rep["level3"] is not None and rep["headline"]["reproduced"] in (True, False)
     assert "Level 1" in mirabench.format_report(rep)
+
+
+@pytest.mark.parametrize("name", ["mirabench", "idm_turing"])
+def test_a_missing_split_is_refused_with_the_command_that_makes_it(name, tmp_path, capsys):
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.{name}")
+    with pytest.raises(SystemExit) as e:
+        module.main(["--data", str(tmp_path / "nothing"), "--quick", "--no-progress"])
+    assert e.value.code == 2
+    assert f"neuralsim data generate {tmp_path / 'nothing'} --episodes 60 --seed 1000000" in capsys.readouterr().err
