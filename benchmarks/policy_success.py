@@ -48,6 +48,8 @@ class Args:
     out: str | None = None
     quick: bool = False
     progress: bool = True
+    replan_every: int = 8
+    """Actions executed from each chunk before the policy is queried again (openpi's DROID setting: 8)."""
 
 
 def shipped_scene() -> str:
@@ -128,6 +130,8 @@ def run(args: Args) -> dict:
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.replan_every < 1:
+        raise ValueError(f"--replan-every must be >= 1, got {args.replan_every}")
     names = args.policies or default_policies()
     env_id = get_scene(args.scene).env_id
     env = gym.make(env_id, reward_fn="ground_truth")
@@ -141,7 +145,8 @@ def run(args: Args) -> dict:
         rows, steps, infer_s, queries = [], 0, 0.0, 0
         for i in range(args.episodes):
             family = TASK_FAMILIES[i % len(TASK_FAMILIES)]
-            res = run_episode(env, policy, seed=args.seed0 + i, options={"task": family})
+            res = run_episode(env, policy, replan_every=args.replan_every, seed=args.seed0 + i,
+                              options={"task": family})
             steps, infer_s, queries = steps + res.steps, infer_s + res.infer_seconds, queries + res.num_queries
             rows.append({"policy": name, "seed": args.seed0 + i, "family": family, "instruction": res.instruction,
                          "success": bool(res.info["success"]), "level": int(res.info["rubric_level"]),
@@ -162,7 +167,7 @@ def run(args: Args) -> dict:
     bar.close()
     env.close()
     return {"benchmark": "policy_success", "scene": args.scene, "env_id": env_id, "episodes_per_policy": args.episodes,
-            "seed0": args.seed0, "replan_every": 8, "policies": report_rows, "per_episode": episodes,
+            "seed0": args.seed0, "replan_every": args.replan_every, "policies": report_rows, "per_episode": episodes,
             "seconds": round(time.time() - t0, 1)}
 
 
@@ -183,7 +188,8 @@ def print_report(report: dict) -> None:
           + "".join(f" {f:>12s}" for f in fams) + f" {'ms/query':>9s} {'ms/step':>8s}")
     for p in report["policies"]:
         lo, hi = p["success_ci95"]
-        cells = "".join(f" {p['per_task'][f]['success_rate']:12.0%}" for f in fams)
+        rates = [p["per_task"][f]["success_rate"] for f in fams]  # None: a family with no episodes (--episodes < 3)
+        cells = "".join(f" {'-':>12s}" if r is None else f" {r:12.0%}" for r in rates)
         t = p.get("timing")
         ms = f" {t['infer_ms_batch1']:9.2f} {p['infer_ms_per_step']:8.2f}" if t else ""
         print(f"{p['name']:22s} {str(p['learned']):>7s} {p['success_rate']:8.0%} {f'[{lo:.2f}, {hi:.2f}]':>13s} "
@@ -192,8 +198,8 @@ def print_report(report: dict) -> None:
         if p.get("timing"):
             t = p["timing"]
             print(f"{p['name']}: inference {t['infer_ms_batch1']:.2f} ms per query at batch 1 (1 thread), "
-                  f"{p['infer_ms_per_step']:.2f} ms per env step with 8-action chunks; one forward pass for "
-                  f"{t['batch']} rows {t['infer_ms_batched']:.2f} ms")
+                  f"{p['infer_ms_per_step']:.2f} ms per env step with {report.get('replan_every', 8)}-action chunks; "
+                  f"one forward pass for {t['batch']} rows {t['infer_ms_batched']:.2f} ms")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -209,6 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--update", action="store_true",
                    help="merge into the existing report: the policies measured now replace theirs, the others stay "
                         "(the report must have the same scene, episodes and seed0)")
+    p.add_argument("--replan-every", type=int, default=8,
+                   help="actions executed from each chunk before the next query (default %(default)s, openpi's DROID)")
     p.add_argument("--quick", action="store_true", help="3 episodes per policy")
     p.add_argument("--out", default=None, help=out_help("policy_success"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -218,14 +226,15 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     default_scene = shipped_scene()
     args = Args(scene=a.scene or default_scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0,
-                policies=a.policies or [], out=a.out, quick=a.quick, progress=a.progress)
+                policies=a.policies or [], out=a.out, quick=a.quick, progress=a.progress, replan_every=a.replan_every)
     name = "policy_success" if args.scene == default_scene else f"policy_success_{args.scene}"
     path = results_path(name, quick=args.quick, out=args.out)
     old = json.loads(path.read_text()) if a.update and path.is_file() else None
-    if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"]) != (
-            args.scene, args.episodes, args.seed0):
+    if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"], old.get("replan_every", 8)) != (
+            args.scene, args.episodes, args.seed0, args.replan_every):
         raise SystemExit(f"--update: {path} has scene {old['scene']!r}, {old['episodes_per_policy']} episodes, seed0 "
-                         f"{old['seed0']}; run with the same settings or without --update")
+                         f"{old['seed0']}, replan_every {old.get('replan_every', 8)}; run with the same settings or "
+                         "without --update")
     report = run(args)
     if old is not None:
         report = merge_reports(old, report)

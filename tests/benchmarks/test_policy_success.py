@@ -1,0 +1,32 @@
+"""benchmarks.policy_success: the report's shape on a baseline, the replanning option and --update's guard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import policy_success as PS
+
+
+def test_a_baseline_report_records_its_episodes_and_replanning(tmp_path, capsys):
+    out = tmp_path / "ps.json"
+    PS.main(["--scene", "legible", "--policy", "zero", "--episodes", "2", "--replan-every", "4", "--out", str(out),
+             "--no-progress"])
+    rep = json.loads(out.read_text())
+    assert rep["replan_every"] == 4 and rep["episodes_per_policy"] == 2 and rep["scene"] == "legible"
+    (zero,) = rep["policies"]
+    assert zero["name"] == "zero" and zero["success_rate"] == 0.0 and len(rep["per_episode"]) == 2
+    assert "zero" in capsys.readouterr().out
+    # --update with other settings is refused and leaves the report as it was
+    with pytest.raises(SystemExit, match="replan_every 4"):
+        PS.main(["--scene", "legible", "--policy", "random", "--episodes", "2", "--update", "--out", str(out),
+                 "--no-progress"])
+    assert json.loads(out.read_text()) == rep
+
+
+def test_bad_counts_are_refused_by_name():
+    with pytest.raises(ValueError, match="--replan-every must be >= 1"):
+        PS.run(PS.Args(policies=["zero"], episodes=1, replan_every=0, progress=False))
+    with pytest.raises(ValueError, match="--episodes must be >= 1"):
+        PS.run(PS.Args(policies=["zero"], episodes=0, progress=False))
