@@ -260,15 +260,9 @@ def _add_data(sub) -> None:
     g.add_argument("--full-horizon", action="store_true",
                    help="run every episode to --max-steps, the arm holding still once the expert is done (as in an "
                         "env rollout), instead of stopping a few settle steps after it is done")
-    g.add_argument("--actor", choices=("expert", "idle", "random", "dagger"), default="expert",
+    g.add_argument("--actor", choices=("expert", "idle", "random"), default="expert",
                    help="who acts: the scripted expert (default), or a no-skill baseline run to --max-steps: idle "
-                        "(holds still) or random (wanders); the baselines ignore --failure-share and --noise; "
-                        "dagger: --policy acts and the clean expert labels every frame (DAgger data for "
-                        "neuralsim train-policy)")
-    g.add_argument("--policy", default=None,
-                   help="with --actor dagger: the policy that acts (visuomotor-s2000, visuomotor:PATH, ...)")
-    g.add_argument("--beta", type=float, default=0.0,
-                   help="with --actor dagger: probability that a chunk is executed by the expert instead (default 0)")
+                        "(holds still) or random (wanders); the baselines ignore --failure-share and --noise")
     g.add_argument("--perturbation", default=None,
                    help="a failure-perturbation family (e.g. premature_release) or 'all' (one per episode among those "
                         "that apply to its task): the clean expert's actions replayed through that wrapper, to "
@@ -299,8 +293,8 @@ def _run_generate(args: argparse.Namespace) -> int:
                        failure_share=args.failure_share, noise=tuple(args.noise), families=families,
                        max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood,
                        frames_format=args.frames_format, actor=args.actor, perturbation=args.perturbation,
-                       severity=args.severity, scene=args.scene, failure_modes=modes, policy=args.policy,
-                       beta=args.beta, **({"settle_steps": args.max_steps} if args.full_horizon else {}))
+                       severity=args.severity, scene=args.scene, failure_modes=modes,
+                       **({"settle_steps": args.max_steps} if args.full_horizon else {}))
     print(summary.format())
     return 0
 

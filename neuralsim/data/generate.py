@@ -38,16 +38,6 @@ the way the benchmark's do, so a judge (or a world model) can be trained on thos
 
     neuralsim data generate --episodes 240 --out data/simdroid_perturbed --perturbation all --seed 6000000
 
-``actor="dagger"`` with ``policy=NAME`` collects DAgger data (Ross et al., 2011) for a learned policy: the policy
-acts (each of its executed chunks, with probability ``beta``, handed to the expert instead), and at every frame the
-scripted expert, run beside it with ``recover=True`` (:class:`~neuralsim.envs.experts.ScriptedExpert`), says what
-it would do from there; those labels are the ``ground_truth.expert_action`` column, the executed actions stay the
-``action`` column (so the episode is still a faithful recording for a world model or a judge).  Behaviour cloning
-(``neuralsim train-policy``) learns from the labels of every such episode, failed or not::
-
-    neuralsim data generate data/legible_dagger --scene legible --episodes 300 --seed 9000 --actor dagger \
-        --policy visuomotor-s2000 --beta 0.3
-
 Re-running the same command resumes: episodes already in ``meta/episodes.jsonl`` are skipped, and
 asking for more episodes extends the dataset.  A directory generated with other parameters is
 refused (:class:`GenerationMismatchError`).  ``workers > 1`` runs one SimDROID env per process
@@ -83,17 +73,15 @@ log = logging.getLogger(__name__)
 SETTLE_STEPS = 5
 #: Parameters that define a dataset's episodes; a resume must match all of them.
 GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert",
-                   "distribution", "actor", "perturbation", "severity", "scene", "failure_modes", "policy", "beta")
+                   "distribution", "actor", "perturbation", "severity", "scene", "failure_modes")
 #: Values of generation parameters that datasets written before the parameter existed implicitly used
 #: (such parameters are also left out of ``meta/info.json`` when they have this value).
 GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert", "perturbation": None, "severity": None,
-                       "scene": "classic", "failure_modes": None, "policy": None, "beta": None}
+                       "scene": "classic", "failure_modes": None}
 EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
 #: Who acts in the episodes: the scripted expert, or a no-skill baseline (see :class:`IdleActor`,
 #: :class:`RandomActor`) that labels what doing nothing, or flailing, looks like.
-ACTORS = ("expert", "idle", "random", "dagger")
-#: Actions the dagger actor's policy executes from each chunk before it is queried again (openpi's DROID setting).
-DAGGER_REPLAN_EVERY = 8
+ACTORS = ("expert", "idle", "random")
 
 
 class GenerationMismatchError(ValueError):
@@ -196,39 +184,6 @@ def replay_actions(env, seed: int, task: str | None, actions: np.ndarray) -> tup
     return Rollout(env.unwrapped.episode(), info, initial, _ground_truth_arrays(gt), steps, False), fired
 
 
-def run_dagger(env, expert, policy, seed: int, task: str | None, max_steps: int = 150,
-               settle_steps: int = SETTLE_STEPS, beta: float = 0.0) -> tuple[Rollout, np.ndarray]:
-    """Reset ``env`` to ``(seed, task)``; ``policy`` (a :class:`policies.Policy`) acts, each chunk handed to
-    ``expert`` with probability ``beta`` (drawn from the episode seed); ``expert`` (``recover=True``) labels every
-    frame.  Returns the :class:`Rollout` and the (T, 8) labels (the last frame's: a hold, as the action column's)."""
-    from policies.base import ChunkedController
-
-    obs, info = env.reset(seed=seed, options={"task": task} if task else None)
-    expert.reset()
-    controller = ChunkedController(policy, DAGGER_REPLAN_EVERY)
-    controller.reset(info["instruction"])
-    rng = np.random.default_rng([seed, 2])
-    initial, gt, labels = info, _ground_truth_start(info), []
-    steps, settle, by_expert = 0, 0, False
-    while steps < max_steps and settle <= settle_steps:
-        label = expert.act(obs)
-        if steps % DAGGER_REPLAN_EVERY == 0:
-            by_expert = bool(rng.random() < beta)
-        learner = controller.act(obs)  # queried every chunk either way, so its chunks stay aligned
-        labels.append(label)
-        obs, _, terminated, truncated, info = env.step(label if by_expert else learner)
-        steps += 1
-        _ground_truth_add(gt, info)
-        if expert.done:
-            settle += 1
-        if terminated or truncated:
-            break
-    hold = np.zeros((1, 8), np.float32)
-    hold[0, 7] = labels[-1][7] if labels else 0.0
-    return (Rollout(env.episode(), info, initial, _ground_truth_arrays(gt), steps, bool(expert.done)),
-            np.concatenate([np.asarray(labels, np.float32).reshape(-1, 8), hold]))
-
-
 def perturbation_for(plan: EpisodePlan, perturbation: str) -> str:
     """The perturbation family of a perturbed episode: ``perturbation`` itself, or for ``"all"`` one drawn
     with the episode seed among the families whose wrapper applies to the episode's task."""
@@ -293,18 +248,6 @@ class RandomActor:
         return np.concatenate([np.clip(arm, -1.0, 1.0), [self.gripper]]).astype(np.float32)
 
 
-_DAGGER_POLICIES: dict[str, Any] = {}
-
-
-def _dagger_policy(name: str):
-    """The dagger actor's policy, loaded once per process (one thread: the workers are the parallelism)."""
-    if name not in _DAGGER_POLICIES:
-        from policies import make_policy
-
-        _DAGGER_POLICIES[name] = make_policy(name, num_threads=1)
-    return _DAGGER_POLICIES[name]
-
-
 def _pose_summary(info: dict) -> dict[str, list[float]]:
     return {k: np.round(np.asarray(v, float), 4).tolist() for k, v in info["object_poses"].items()}
 
@@ -320,9 +263,6 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         plan = replace(plan, failure=None)
     if actor == "expert":
         expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
-    elif actor == "dagger":  # the clean expert labels; the policy acts
-        plan = replace(plan, failure=None, noise=0.0)
-        expert = ScriptedExpert(env, seed=plan.seed, recover=True)
     else:  # a no-skill actor: no plan, no failure mode, no noise; it never says it is done
         expert = (IdleActor if actor == "idle" else RandomActor)(seed=plan.seed)
         plan = replace(plan, failure=None, noise=0.0)
@@ -337,17 +277,11 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         r, fired = replay_actions(wrapped, plan.seed, plan.family, np.asarray(clean.episode.actions, np.float32))
         extra.update(perturbation=family, severity=params["severity"], perturbation_fired=fired,
                      clean_success=bool(clean.info["success"]))
-    elif actor == "dagger":
-        r, labels = run_dagger(env, expert, _dagger_policy(params["policy"]), plan.seed, plan.family,
-                               params["max_steps"], params["settle_steps"], params["beta"])
     else:
         r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
     ep = r.episode
-    columns = dict(r.ground_truth)
-    if actor == "dagger":
-        columns["expert_action"] = labels
     ep.metadata.update(seed=plan.seed, failure=plan.failure, noise=plan.noise)
-    W.write_episode(root, ep, plan.index, extra_columns=columns,
+    W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth,
                     frames_format=params.get("frames_format", "mp4"))
     info = r.info
     if distribution != "train":
@@ -455,8 +389,7 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
              max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
              settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4", actor: str = "expert",
              perturbation: str | None = None, severity: float = 0.5, scene: str = "classic",
-             failure_modes: Sequence[str] | None = None, policy: str | None = None,
-             beta: float = 0.0) -> GenerationSummary:
+             failure_modes: Sequence[str] | None = None) -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -478,11 +411,7 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
             frames are the same renders either way (the mp4s within ~45 dB of them).
         actor: ``"expert"`` (the scripted expert, with ``failure_share`` and ``noise``), or a no-skill
             baseline that runs every episode to ``max_steps``: ``"idle"`` (:class:`IdleActor`, holds still)
-            or ``"random"`` (:class:`RandomActor`, wanders); these ignore ``failure_share`` and ``noise``;
-            ``"dagger"``: ``policy`` acts and the clean expert labels (module docstring).
-        policy: with ``actor="dagger"``: the policy that acts, a :func:`policies.make_policy` name
-            (``visuomotor-s2000``, ``visuomotor:PATH``).
-        beta: with ``actor="dagger"``: the probability that a chunk is the expert's instead, in [0, 1].
+            or ``"random"`` (:class:`RandomActor`, wanders); these ignore ``failure_share`` and ``noise``.
         perturbation: a failure-perturbation family (:data:`neuralsim.wrappers.PERTURBATIONS`) or ``"all"``:
             every episode is the clean expert's actions replayed through that wrapper (module docstring),
             run to ``max_steps``; ``failure_share`` is ignored.  None: plain episodes.
@@ -534,17 +463,6 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         raise ValueError(f"actor must be one of {ACTORS}, got {actor!r}")
     if actor != "expert":
         params["actor"] = actor
-    if (actor == "dagger") != (policy is not None):
-        raise ValueError(f"actor 'dagger' needs a policy and only it takes one; got actor {actor!r}, policy {policy!r}")
-    if actor == "dagger":
-        if not 0.0 <= beta <= 1.0:
-            raise ValueError(f"beta must be in [0, 1], got {beta}")
-        from policies import make_policy
-
-        learned = make_policy(policy, num_threads=1)  # fails here, by name, before any episode runs
-        if getattr(getattr(learned, "config", None), "scene", scene) != scene:
-            raise ValueError(f"policy {policy!r} was trained on the {learned.config.scene!r} scene, not {scene!r}")
-        params.update(policy=str(policy), beta=float(beta), failure_share=0.0, noise=[0.0, 0.0])
     if perturbation is not None:
         from ..wrappers import PERTURBATIONS
 

@@ -52,20 +52,9 @@ class ScriptedExpert:
         noise: std of Gaussian noise added to the normalised arm command.
         failure: None or one of :data:`FAILURE_MODES`.
         seed: seed of the noise generator.
-        recover: go back a phase when someone else's actions undid it (a pick-place grasp that is not where the
-            gripper closes, a cube that is not in the hand while it is lifted, carried or lowered), so that the
-            expert labels any state with the action that completes the task from there, as DAgger needs
-            (:mod:`neuralsim.data.generate`'s ``dagger`` actor).  Off by default: the expert's own failure modes
-            must fail.
     """
 
-    #: With ``recover``: how far [m] the tool point may be from the grasp point while closing, and from the
-    #: target cube's centre while the cube is lifted, carried or lowered, before the expert starts again.
-    RECOVER_GRASP_TOL = 0.02
-    RECOVER_HOLD_TOL = 0.035
-
-    def __init__(self, env: SimDROIDEnv, noise: float = 0.0, failure: str | None = None, seed: int | None = None,
-                 recover: bool = False):
+    def __init__(self, env: SimDROIDEnv, noise: float = 0.0, failure: str | None = None, seed: int | None = None):
         env = getattr(env, "unwrapped", env)
         if not isinstance(env, SimDROIDEnv):
             raise TypeError(f"ScriptedExpert needs a SimDROIDEnv (it reads privileged state), got {type(env).__name__}")
@@ -76,9 +65,6 @@ class ScriptedExpert:
         if env.action_mode != "joint_velocity":
             raise ValueError("ScriptedExpert acts in action_mode='joint_velocity'")
         self.env, self.noise, self.failure = env, float(noise), failure
-        self.recover = bool(recover)
-        if self.recover and failure is not None:
-            raise ValueError("recover undoes failure modes; use failure=None with recover=True")
         self.rng = np.random.default_rng(seed)
         self.done = False
         self._phase = 0
@@ -191,22 +177,9 @@ class ScriptedExpert:
                 self._phase += 1
                 self._timer = 0
 
-    def _recover_pick_place(self, cube: np.ndarray) -> None:
-        """Back to the approach (or the descent) when the grasp or the held cube is not where the plan says."""
-        tcp = self.env.tcp_position()
-        if self._phase in (1, 2) and np.linalg.norm(cube[:2] - self._grasp_point[:2]) > self.RECOVER_GRASP_TOL:
-            self._phase, self._timer, self._grip = 0, 0, 0.0  # the cube was pushed away: aim again
-        elif self._phase == 2 and np.linalg.norm(tcp - self._grasp_point) > self.RECOVER_GRASP_TOL:
-            self._phase, self._timer, self._grip = 1, 0, 0.0
-        elif 3 <= self._phase <= 5 and np.linalg.norm(tcp - cube) > self.RECOVER_HOLD_TOL:
-            self._phase, self._timer, self._grip = 0, 0, 0.0
-            self._yaw = self._grasp_yaw()
-
     def _pick_place_plan(self):
         env, t, f = self.env, self.task, self.failure
         cube = env.cube_position(t.target)
-        if self.recover and hasattr(self, "_grasp_point"):
-            self._recover_pick_place(cube)
         roll = 0.5 if f == "wrist_tilt" else 0.0
         yaw = self._yaw + (np.pi / 4 if f == "wrist_tilt" and self._phase <= 3 else 0.0)
         R = self._target_rotation(yaw, roll if self._phase <= 3 else 0.0)
@@ -294,7 +267,7 @@ class ScriptedExpert:
             tcp = env.tcp_position()[:2]
             rel = cube[:2] - tcp
             along, across = float(np.dot(rel, dd)), float(abs(dd[0] * rel[1] - dd[1] * rel[0]))
-            if not self._lateral.any() and (self.recover or self._replans < 3) and (along < 0.02 or across > 0.025):
+            if not self._lateral.any() and self._replans < 3 and (along < 0.02 or across > 0.025):
                 # the cube slid off the pusher: lift and come again from behind it
                 self._replans += 1
                 self._push_dir, self._phase, self._timer = dd, 0, 0

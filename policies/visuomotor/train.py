@@ -4,14 +4,13 @@ Usage:
     neuralsim data generate data/legible --scene legible --episodes 720 --seed 0 --noise 0 0.3 --failure-share 0.3
     neuralsim train-policy --out runs/visuomotor_legible --ship    # the shipped checkpoints (README for all the data)
 
-The demonstrations are the successful episodes of datasets written by ``neuralsim data generate`` (expert and noisy
-expert; episodes with a failure mode are left out unless ``--include-failure-modes``), and every episode of a DAgger
-set (``--actor dagger``: a policy acted, the expert labelled each frame; the labels are the targets). Every frame is
-a sample: the chosen views and the joint and gripper state at that frame, the instruction's tokens, and as target
-the next ``chunk_size`` actions (past the episode's end, its last action: a hold). Loss: L1 on the 7 joint commands,
-binary cross-entropy on the gripper, and an auxiliary MSE on where the target cube (before it is touched) and the
-goal lie, from the episode's recorded poses. Images are shifted by up to ``--shift`` px (DrQ) and the state
-jittered, so a policy does not need its arm exactly on a demonstration to act.
+The demonstrations are the successful episodes of datasets written by ``neuralsim data generate`` (expert and
+noisy expert; episodes with a failure mode are left out unless ``--include-failure-modes``).  Every frame is a
+sample: the chosen views and the joint and gripper state at that frame, the instruction's tokens, and as target
+the next ``chunk_size`` actions (past the episode's end, its last action: a hold).  Loss: L1 on the 7 joint
+commands, binary cross-entropy on the gripper, and an auxiliary MSE on where the target cube (before it is
+touched) and the goal lie, from the episode's recorded poses.  Images are shifted by up to ``--shift`` px (DrQ) and
+the state jittered, so a policy does not need its arm exactly on a demonstration to act.
 
 One training run gives every checkpoint: ``--snapshots NAME=STEP,...`` saves the EMA weights at those steps
 (``runs/.../snapshots/NAME``); ``--ship`` also copies them into ``policies/visuomotor/weights/NAME``, where
@@ -45,8 +44,6 @@ SHIPPED_SNAPSHOTS = "visuomotor-s250=250,visuomotor-s750=750,visuomotor-s2000=20
 SHIPPED_DATA = "data/legible,data/legible_mix,data/legible_full"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 TRAIN_COMMAND = "neuralsim train-policy --data DATA --out runs/visuomotor_legible --ship"
-#: The parquet column of a DAgger episode's expert labels (``neuralsim data generate --actor dagger``).
-DAGGER_LABELS = "ground_truth.expert_action"
 #: Options that may change between the invocations of one resumed run.
 RUN_ONLY = ("max_minutes", "stop_at", "checkpoint_every", "num_threads", "progress")
 
@@ -208,9 +205,7 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
                                f"generate data with `neuralsim data generate DIR --scene {scene}` or pass the "
                                "dataset's scene")
         for rec in list_episodes(root):
-            # DAgger episodes teach from every frame's expert label, whether the acting policy succeeded or not
-            dagger = rec.get("actor") == "dagger"
-            if dagger or (rec.get("success") and (include_failure_modes or rec.get("failure") is None)):
+            if rec.get("success") and (include_failure_modes or rec.get("failure") is None):
                 chosen.append((root, rec))
     if max_episodes is not None:
         chosen = chosen[:max_episodes]
@@ -225,16 +220,13 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
         t = len(ep)
         frames = ep.frames[:, idx].transpose(0, 1, 4, 2, 3)  # (T, V, 3, S, S)
         rows = np.minimum(np.arange(t)[:, None] + np.arange(chunk_size)[None], t - 1)  # (T, H)
-        table = pq.read_table(Path(root) / DATA_PATH.format(episode_index=int(rec["episode_index"])))
-        levels = table.column("ground_truth.rubric_level").to_numpy()[:t]
-        actions = ep.actions
-        if rec.get("actor") == "dagger":  # the expert's labels, not the executed actions
-            actions = np.stack(table.column(DAGGER_LABELS).to_numpy(zero_copy_only=False))[:t].astype(np.float32)
+        levels = pq.read_table(Path(root) / DATA_PATH.format(episode_index=int(rec["episode_index"])),
+                               columns=["ground_truth.rubric_level"]).column(0).to_numpy()[:t]
         touched = np.maximum.accumulate(levels >= 4)
         target = [float(v) for v in rec["initial_poses"][rec["target"]][:2]]
         parts["images"].append(np.ascontiguousarray(frames))
         parts["state"].append(np.concatenate([ep.joint_position, ep.gripper_position], 1))
-        parts["chunks"].append(actions[rows])
+        parts["chunks"].append(ep.actions[rows])
         parts["tokens"].append(np.tile(instruction_tokens(rec["instruction"]), (t, 1)))
         parts["aux"].append(np.tile(target + _goal_xy(rec), (t, 1)))
         parts["aux_mask"].append(np.stack([~touched, ~touched, np.ones(t, bool), np.ones(t, bool)], 1))
