@@ -62,7 +62,7 @@ class Config:
     """Inverse dynamics model directory."""
     data: str = "data/simdroid_heldout"
     """Held-out SimDROID split (never seen by the IDM or the world model)."""
-    episodes: int = 48
+    episodes: int = 32
     """The first N episodes of ``data``."""
     seed: int = 0
     """World-model noise: episode i uses seed + i (the same videos as benchmarks.mirabench)."""

@@ -79,7 +79,7 @@ class Config:
     """World-model directory (None: the shipped model)."""
     data: str = "data/simdroid_heldout"
     """Held-out SimDROID split (classic scene, the shipped model's)."""
-    episodes: int = 48
+    episodes: int = 32
     """The first N episodes of ``data``."""
     seed: int = 0
     """World-model noise: episode i uses seed + i."""
