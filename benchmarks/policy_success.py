@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from policies.base import DEFAULT_REPLAN_EVERY
+
 from .results_path import out_help, results_path
 from .stats import wilson_interval
 
@@ -48,7 +50,7 @@ class Args:
     out: str | None = None
     quick: bool = False
     progress: bool = True
-    replan_every: int = 8
+    replan_every: int = DEFAULT_REPLAN_EVERY
     """Actions executed from each chunk before the policy is queried again (openpi's DROID setting: 8)."""
 
 
@@ -194,11 +196,12 @@ def print_report(report: dict) -> None:
         ms = f" {t['infer_ms_batch1']:9.2f} {p['infer_ms_per_step']:8.2f}" if t else ""
         print(f"{p['name']:22s} {str(p['learned']):>7s} {p['success_rate']:8.0%} {f'[{lo:.2f}, {hi:.2f}]':>13s} "
               f"{p['mean_level']:6.2f}{cells}{ms}")
+    replan = report.get("replan_every", DEFAULT_REPLAN_EVERY)
     for p in report["policies"]:
         if p.get("timing"):
             t = p["timing"]
             print(f"{p['name']}: inference {t['infer_ms_batch1']:.2f} ms per query at batch 1 (1 thread), "
-                  f"{p['infer_ms_per_step']:.2f} ms per env step with {report.get('replan_every', 8)}-action chunks; "
+                  f"{p['infer_ms_per_step']:.2f} ms per env step with {replan}-action chunks; "
                   f"one forward pass for {t['batch']} rows {t['infer_ms_batched']:.2f} ms")
 
 
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--update", action="store_true",
                    help="merge into the existing report: the policies measured now replace theirs, the others stay "
                         "(the report must have the same scene, episodes and seed0)")
-    p.add_argument("--replan-every", type=int, default=8,
+    p.add_argument("--replan-every", type=int, default=DEFAULT_REPLAN_EVERY,
                    help="actions executed from each chunk before the next query (default %(default)s, openpi's DROID)")
     p.add_argument("--quick", action="store_true", help="3 episodes per policy")
     p.add_argument("--out", default=None, help=out_help("policy_success"))
@@ -230,11 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     name = "policy_success" if args.scene == default_scene else f"policy_success_{args.scene}"
     path = results_path(name, quick=args.quick, out=args.out)
     old = json.loads(path.read_text()) if a.update and path.is_file() else None
-    if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"], old.get("replan_every", 8)) != (
+    old_replan = None if old is None else old.get("replan_every", DEFAULT_REPLAN_EVERY)  # reports before the option
+    if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"], old_replan) != (
             args.scene, args.episodes, args.seed0, args.replan_every):
         raise SystemExit(f"--update: {path} has scene {old['scene']!r}, {old['episodes_per_policy']} episodes, seed0 "
-                         f"{old['seed0']}, replan_every {old.get('replan_every', 8)}; run with the same settings or "
-                         "without --update")
+                         f"{old['seed0']}, replan_every {old_replan}; run with the same settings or without --update")
     report = run(args)
     if old is not None:
         report = merge_reports(old, report)

@@ -52,7 +52,7 @@ def test_log_prob_and_kl_are_the_gaussians():
     torch.testing.assert_close(chunks.kl(mu, ref), kl)
 
 
-def _one_chunk(policy_dir, advantages_seed=0):
+def _one_chunk(policy_dir, seed=0):
     """A ChunkPolicy of ``policy_dir`` and one recorded chunk of two rows on a real SimDROID observation."""
     from benchmarks.rl_grpo import Rollouts
     from neuralsim.envs.sim_droid import SimDROIDEnv
@@ -64,7 +64,7 @@ def _one_chunk(policy_dir, advantages_seed=0):
     batched = {k: np.stack([v, v]) for k, v in obs.items()}
     chunks = ChunkPolicy(VisuomotorPolicy.from_pretrained(policy_dir), GRPOConfig(lr=1e-2, epochs=4, minibatch=64))
     inputs = chunks.inputs(batched, [info["instruction"]] * 2)
-    actions, logp = chunks.sample(inputs, torch.Generator().manual_seed(advantages_seed))
+    actions, logp = chunks.sample(inputs, torch.Generator().manual_seed(seed))
     return chunks, Rollouts([inputs], [torch.from_numpy(actions)], [logp], [actions.shape[1]], np.zeros(2),
                             np.zeros(2), 2 * actions.shape[1])
 
