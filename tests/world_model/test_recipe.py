@@ -91,7 +91,8 @@ def test_the_legible_recipe_trains_the_same_stages_on_legible_data(tmp_path):
     from neuralsim.world_model.recipe import make_data
 
     recipe = load_recipe(LEGIBLE)
-    assert list(recipe["stages"]) == list(load_recipe(DEFAULT)["stages"])
+    # the default's stages, Step Forcing split into session-sized parts that continue one another
+    assert [name for name in recipe["stages"] if not name.endswith("_2")] == list(load_recipe(DEFAULT)["stages"])
     sets = recipe["data"]["sets"]
     assert {spec["scene"] for spec in sets.values()} == {"legible"}
     recipe["data"] = {"root": str(tmp_path), "workers": 1,
