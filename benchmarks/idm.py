@@ -33,6 +33,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from neuralsim.kinematics import rotation_matrix as rotation
+from neuralsim.kinematics import rotation_vector as rotvec
+
 log = logging.getLogger(__name__)
 
 #: Where the shipped IDM lives.
@@ -155,49 +158,7 @@ def tool_poses(joint_position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Tool points (T, 3) and hand rotations (T, 3, 3) of joint states (T, 7)."""
     from neuralsim import kinematics as K
 
-    from .cube_tracks import TCP_IN_FLANGE
-
-    pose = K.forward_kinematics(np.asarray(joint_position, np.float64))
-    R = K.euler_xyz_to_matrix(pose[:, 3:])
-    return pose[:, :3] + R @ TCP_IN_FLANGE, R
-
-
-def rotvec(R: np.ndarray) -> np.ndarray:
-    """Rotation vectors (..., 3) of rotation matrices (..., 3, 3) (through the unit quaternion, stable near pi)."""
-    R = np.asarray(R, np.float64)
-    m = R.reshape(-1, 3, 3)
-    tr = np.trace(m, axis1=1, axis2=2)
-    # the largest of 4w^2, 4x^2, 4y^2, 4z^2 picks a well-conditioned formula (Shepperd)
-    cand = np.stack([tr, m[:, 0, 0], m[:, 1, 1], m[:, 2, 2]], 1)
-    k = cand.argmax(1)
-    q = np.zeros((len(m), 4))
-    for i in range(len(m)):
-        a = m[i]
-        if k[i] == 0:
-            w = np.sqrt(max(1.0 + tr[i], 0.0)) / 2
-            q[i] = [w, (a[2, 1] - a[1, 2]) / (4 * w), (a[0, 2] - a[2, 0]) / (4 * w), (a[1, 0] - a[0, 1]) / (4 * w)]
-        else:
-            j = k[i] - 1
-            u, v = (j + 1) % 3, (j + 2) % 3
-            x = np.sqrt(max(1.0 + a[j, j] - a[u, u] - a[v, v], 0.0)) / 2
-            q[i, 0] = (a[v, u] - a[u, v]) / (4 * x)
-            q[i, 1 + j], q[i, 1 + u], q[i, 1 + v] = x, (a[u, j] + a[j, u]) / (4 * x), (a[v, j] + a[j, v]) / (4 * x)
-    q *= np.where(q[:, :1] < 0, -1.0, 1.0)  # w >= 0: the angle in [0, pi]
-    n = np.linalg.norm(q[:, 1:], axis=1)
-    angle = 2 * np.arctan2(n, q[:, 0])
-    scale = np.where(n > 1e-12, angle / np.maximum(n, 1e-12), 2.0)
-    return (q[:, 1:] * scale[:, None]).reshape(R.shape[:-2] + (3,))
-
-
-def rotation(v: np.ndarray) -> np.ndarray:
-    """The rotation matrix (3, 3) of a rotation vector (3,) (Rodrigues)."""
-    v = np.asarray(v, np.float64)
-    a = float(np.linalg.norm(v))
-    if a < 1e-12:
-        return np.eye(3)
-    k = v / a
-    K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-    return np.eye(3) + np.sin(a) * K + (1 - np.cos(a)) * K @ K
+    return K.tool_pose(joint_position)
 
 
 def labels(joint_position: np.ndarray, actions: np.ndarray) -> np.ndarray:

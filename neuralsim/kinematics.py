@@ -30,6 +30,10 @@ __all__ = [
     "matrix_to_euler_xyz",
     "euler_xyz_to_matrix",
     "link_transforms",
+    "rotation_matrix",
+    "rotation_vector",
+    "tool_jacobian",
+    "tool_pose",
     "wrist_camera_pose",
 ]
 
@@ -62,6 +66,9 @@ RESET_JOINT_POSITION = np.array([0.0, -math.pi / 5, 0.0, -4 * math.pi / 5, 0.0, 
 MAX_JOINT_DELTA = 0.2
 #: DROID's control rate [Hz].
 CONTROL_HZ = 15
+
+#: SimDROID's tool point (the ``tcp`` site, between the finger pads) along the flange's z axis [m].
+TCP_OFFSET = 0.13
 
 #: SimDROID's hand frame in the flange frame: the same origin, turned this much about z [rad]
 #: (Franka's hand is mounted at -45 degrees).
@@ -235,3 +242,69 @@ def wrist_camera_pose(cartesian):
     flange = euler_xyz_to_matrix(cartesian[..., 3:6])
     return cartesian[..., :3] + (flange @ offset[:, None])[..., 0], flange @ rot
 
+
+
+# ----------------------------------------------------------------------------- rotations, the tool point
+def rotation_vector(R: np.ndarray) -> np.ndarray:
+    """Rotation vectors (..., 3) (axis times angle in [0, pi]) of rotation matrices (..., 3, 3), NumPy.
+
+    Through the unit quaternion, picking for each matrix the best-conditioned of Shepperd's four formulas, so it
+    is stable near 0 and near pi.
+    """
+    R = np.asarray(R, np.float64)
+    m = R.reshape(-1, 3, 3)
+    tr = np.trace(m, axis1=1, axis2=2)
+    k = np.stack([tr, m[:, 0, 0], m[:, 1, 1], m[:, 2, 2]], 1).argmax(1)
+    q = np.zeros((len(m), 4))
+    w = k == 0
+    if w.any():
+        a, s = m[w], np.sqrt(np.maximum(1.0 + tr[w], 0.0)) / 2
+        q[w] = np.stack([s, (a[:, 2, 1] - a[:, 1, 2]) / (4 * s), (a[:, 0, 2] - a[:, 2, 0]) / (4 * s),
+                         (a[:, 1, 0] - a[:, 0, 1]) / (4 * s)], 1)
+    for j in range(3):  # the largest component is x, y or z
+        sel = k == j + 1
+        if not sel.any():
+            continue
+        u, v = (j + 1) % 3, (j + 2) % 3
+        a = m[sel]
+        x = np.sqrt(np.maximum(1.0 + a[:, j, j] - a[:, u, u] - a[:, v, v], 0.0)) / 2
+        q[sel, 0] = (a[:, v, u] - a[:, u, v]) / (4 * x)
+        q[sel, 1 + j], q[sel, 1 + u], q[sel, 1 + v] = x, (a[:, u, j] + a[:, j, u]) / (4 * x), \
+            (a[:, v, j] + a[:, j, v]) / (4 * x)
+    q *= np.where(q[:, :1] < 0, -1.0, 1.0)  # w >= 0: the angle in [0, pi]
+    n = np.linalg.norm(q[:, 1:], axis=1)
+    angle = 2 * np.arctan2(n, q[:, 0])
+    scale = np.where(n > 1e-12, angle / np.maximum(n, 1e-12), 2.0)
+    return (q[:, 1:] * scale[:, None]).reshape(R.shape[:-2] + (3,))
+
+
+def rotation_matrix(v: np.ndarray) -> np.ndarray:
+    """Rotation matrices (..., 3, 3) of rotation vectors (..., 3) (Rodrigues' formula), NumPy."""
+    v = np.asarray(v, np.float64)
+    angle = np.linalg.norm(v, axis=-1)[..., None, None]
+    k = v / np.maximum(angle[..., 0], 1e-12)
+    zero = np.zeros(v.shape[:-1])
+    K = np.stack([np.stack([zero, -k[..., 2], k[..., 1]], -1), np.stack([k[..., 2], zero, -k[..., 0]], -1),
+                  np.stack([-k[..., 1], k[..., 0], zero], -1)], -2)
+    return np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * (K @ K)
+
+
+def tool_pose(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SimDROID's tool point (..., 3) [m] and flange rotation (..., 3, 3) for joint positions (..., 7), NumPy."""
+    T = flange_transforms(np.asarray(q, np.float64))
+    return T[..., :3, 3] + TCP_OFFSET * T[..., :3, 2], T[..., :3, :3]
+
+
+def tool_jacobian(q: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """The tool point's geometric Jacobian (..., 6, 7) at joint positions (..., 7): rows 0-2 its linear velocity,
+    rows 3-5 the hand's angular velocity (world frame), per unit joint velocity.  Central differences of
+    :func:`tool_pose`, one batched forward kinematics of 14 perturbed states (no MuJoCo, so it also runs where
+    only the joint state is known, as in NeuralDROID)."""
+    q = np.asarray(q, np.float64)
+    step = eps * np.eye(7)
+    p, R = tool_pose(np.concatenate([q[..., None, :] + step, q[..., None, :] - step], axis=-2))  # (..., 14, 3[, 3])
+    dp = (p[..., :7, :] - p[..., 7:, :]) / (2 * eps)                                             # (..., 7, 3)
+    dR = (R[..., :7, :, :] - R[..., 7:, :, :]) / (2 * eps)                                       # (..., 7, 3, 3)
+    W = dR @ np.swapaxes(tool_pose(q)[1], -1, -2)[..., None, :, :]  # the skew matrix of each column's omega
+    omega = np.stack([W[..., 2, 1], W[..., 0, 2], W[..., 1, 0]], axis=-1)                          # (..., 7, 3)
+    return np.swapaxes(np.concatenate([dp, omega], axis=-1), -1, -2)

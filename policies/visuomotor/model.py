@@ -16,8 +16,11 @@ or base cube) lie on the table (trained on the episodes' recorded poses).  The t
 positions by forward kinematics, so the policy also sees where those objects are *relative to its gripper*: without
 that, behaviour cloning from a few hundred demonstrations learns the mean trajectory and ignores where the cube
 is.  Keypoints, estimates, relative positions, tool pose, normalised joint and gripper state and the instruction
-embedding go through an MLP to ``chunk_size`` actions: 7 normalised joint velocities (tanh, in [-1, 1]) and a
-gripper logit (sigmoid at inference).
+embedding go through an MLP to ``chunk_size`` actions and a gripper logit each (sigmoid at inference).  What an
+action is, ``action_mode`` says: ``joint_velocity``, DROID's 7 normalised joint velocities (tanh, in [-1, 1]), or
+``tool_delta``, the tool point's offset and the hand's rotation after that action relative to the observed pose (6
+numbers, scaled as :mod:`policies.visuomotor.cartesian` says), which the policy's fixed IK layer turns into joint
+velocities.
 
 Checkpoints are ``config.json`` + ``model.safetensors`` (never a pickle); :meth:`VisuomotorNet.from_pretrained`
 refuses missing or unexpected tensors, NaN/inf weights and a config with unknown fields, by name.
@@ -43,6 +46,9 @@ VIEW_NAMES = ("exterior_image_1_left", "exterior_image_2_left", "wrist_image_lef
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 #: SimDROID's tool point (``tcp`` site, between the finger pads) along the flange's z axis [m].
 TCP_OFFSET = 0.13
+#: What the arm part of an action is -> numbers per action: DROID's joint velocities, or the Cartesian head's
+#: tool-point offset and rotation vector (policies.visuomotor.cartesian).
+ACTION_MODES = {"joint_velocity": 7, "tool_delta": 6}
 #: Table positions [m] as the object head predicts them: ``(xy - centre) * scale`` for target xy, goal xy.
 POSITION_CENTRE, POSITION_SCALE = (0.5, 0.0, 0.5, 0.0), 5.0
 
@@ -74,7 +80,9 @@ class VisuomotorConfig:
     scene: str = "classic"
     """SimDROID scene of the training data (``classic`` = SimDROID-v0, ``legible`` = SimDROID-v1)."""
     action_mode: str = "joint_velocity"
-    """What the first 7 numbers of an action are (only DROID's normalised joint velocities are trained)."""
+    """What the network predicts per action besides the gripper: ``joint_velocity`` (DROID's 7 normalised joint
+    velocities) or ``tool_delta`` (the tool point's offset and the hand's rotation after the action, relative to the
+    observed pose; the policy turns them into joint velocities by IK).  Either way the policy emits DROID actions."""
     training: dict = field(default_factory=dict)
     """How the weights were made (command options, steps, data, seed); informational."""
 
@@ -95,8 +103,13 @@ class VisuomotorConfig:
         if len(self.state_mean) != 8 or len(self.state_std) != 8 or min(self.state_std) <= 0:
             raise ValueError(f"state_mean/state_std must be 8 numbers (std > 0), got {self.state_mean}, "
                              f"{self.state_std}")
-        if self.action_mode != "joint_velocity":
-            raise ValueError(f"action_mode must be 'joint_velocity', got {self.action_mode!r}")
+        if self.action_mode not in ACTION_MODES:
+            raise ValueError(f"action_mode must be one of {sorted(ACTION_MODES)}, got {self.action_mode!r}")
+
+    @property
+    def action_dim(self) -> int:
+        """Numbers the network predicts per action before the gripper (7 joint velocities or 6 tool offsets)."""
+        return ACTION_MODES[self.action_mode]
 
     @property
     def keypoints(self) -> int:
@@ -201,8 +214,8 @@ class VisuomotorNet(nn.Module):
 
     ``forward(images, state, tool, tokens)``: ``images`` (B, V, 3, S, S) float in [0, 1] in ``config.views``
     order, ``state`` (B, 8) raw joint positions and gripper, ``tool`` (B, 9) the :func:`tool_pose` of those joint
-    positions, ``tokens`` (B, 3) long.  Returns ``arm`` (B, H, 7) in
-    [-1, 1], ``gripper_logits`` (B, H), ``positions`` (B, 4): the estimated target cube xy and goal xy, scaled as
+    positions, ``tokens`` (B, 3) long.  Returns ``arm`` (B, H, A): 7 joint velocities in [-1, 1] or 6 scaled tool
+    offsets, as ``config.action_mode`` says; ``gripper_logits`` (B, H), ``positions`` (B, 4): the estimated target cube xy and goal xy, scaled as
     :data:`POSITION_CENTRE` / :data:`POSITION_SCALE` say, and ``match`` (B, V, 2, S/2, S/2): each view's target- and
     base-colour match logits, whose softmax over pixels training supervises with where those cubes project in the
     exterior views.
@@ -224,7 +237,7 @@ class VisuomotorNet(nn.Module):
         width = visual + 8 + 4 + 4 + 9  # + state, positions, positions relative to the tool, tool pose
         self.trunk = nn.Sequential(nn.Linear(width, config.hidden), nn.GELU(),
                                    nn.Linear(config.hidden, config.hidden), nn.GELU())
-        self.action_head = nn.Linear(config.hidden, config.chunk_size * 8)
+        self.action_head = nn.Linear(config.hidden, config.chunk_size * (config.action_dim + 1))
 
     def instruction_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """(B, 3) tokens -> (B, 3 * embed): family, target colour and base colour embeddings side by side."""
@@ -245,8 +258,9 @@ class VisuomotorNet(nn.Module):
         relative = positions - tool_xy.repeat(1, 2)            # (B, 4) target and goal relative to the tool
         s = (state - self.state_mean) / self.state_std
         h = self.trunk(torch.cat([visual, s, positions, relative, tool], dim=1))
-        out = self.action_head(h).view(b, self.config.chunk_size, 8)  # (B, H, 8)
-        return torch.tanh(out[..., :7]), out[..., 7], positions, torch.stack(match, dim=1)
+        out = self.action_head(h).view(b, self.config.chunk_size, self.config.action_dim + 1)  # (B, H, A + 1)
+        arm = torch.tanh(out[..., :-1]) if self.config.action_mode == "joint_velocity" else out[..., :-1]
+        return arm, out[..., -1], positions, torch.stack(match, dim=1)
 
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory: str | Path) -> Path:

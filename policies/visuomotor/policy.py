@@ -192,5 +192,9 @@ class VisuomotorPolicy:
             arm, grip, _, _ = self.model(x, torch.from_numpy(state).to(self.device),
                                       torch.from_numpy(tool).to(self.device),
                                       torch.tensor(tokens, dtype=torch.long, device=self.device))
-            chunk = torch.cat([arm, torch.sigmoid(grip)[..., None]], dim=-1)  # (N, H, 8)
-        return chunk.cpu().numpy().astype(np.float32)
+            grip = torch.sigmoid(grip)
+            if self.config.action_mode == "joint_velocity":
+                return torch.cat([arm, grip[..., None]], dim=-1).cpu().numpy().astype(np.float32)  # (N, H, 8)
+        from .cartesian import joint_velocity_chunk
+
+        return joint_velocity_chunk(state[:, :7], arm.cpu().numpy(), grip.cpu().numpy())  # the IK layer

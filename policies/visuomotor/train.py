@@ -69,6 +69,11 @@ class TrainPolicyConfig:
     """Camera views the policy reads, comma-separated."""
     chunk_size: int = 12
     """Actions per predicted chunk (H)."""
+    action_mode: str = dataclasses.field(default="joint_velocity", metadata={"choices": ("joint_velocity",
+                                                                                          "tool_delta")})
+    """What the network predicts per action: DROID's joint velocities (labels: the recorded actions) or the tool
+    point's offset and rotation after it (labels: forward kinematics of the recorded joint positions; the policy's
+    IK layer makes joint velocities of them, policies/visuomotor/cartesian.py)."""
     batch_size: int = 32
     """Samples per optimiser step."""
     lr: float = 1e-3
@@ -154,7 +159,7 @@ class Demonstrations:
 
     images: "torch.Tensor"    # (N, V, 3, S, S) uint8
     state: "torch.Tensor"     # (N, 8) float32: joint positions, gripper
-    chunks: "torch.Tensor"    # (N, H, 8) float32: the next H actions (past the end: the last action)
+    chunks: "torch.Tensor"    # (N, H, A + 1) float32: the next H actions' labels, then the gripper command
     tokens: "torch.Tensor"    # (N, 3) long
     aux: "torch.Tensor"       # (N, 4) float32: target xy, goal xy [m]
     aux_mask: "torch.Tensor"  # (N, 4) float32: 1 where the label holds (the target before it is touched)
@@ -174,7 +179,7 @@ def _goal_xy(record: dict) -> list[float]:
 
 def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: int, scene: str = "classic",
                         include_failure_modes: bool = False, max_episodes: int | None = None,
-                        progress: bool = True) -> Demonstrations:
+                        progress: bool = True, action_mode: str = "joint_velocity") -> Demonstrations:
     """Read the successful episodes of ``roots`` into training samples (see the module docstring).
 
     Raises:
@@ -188,6 +193,7 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
     from neuralsim.data.writer import DATA_PATH, read_info
     from neuralsim.envs.scene import get_scene, project_exterior
 
+    from .cartesian import tool_offsets
     from .model import VIEW_NAMES
     from .tokens import instruction_tokens
 
@@ -226,7 +232,11 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
         target = [float(v) for v in rec["initial_poses"][rec["target"]][:2]]
         parts["images"].append(np.ascontiguousarray(frames))
         parts["state"].append(np.concatenate([ep.joint_position, ep.gripper_position], 1))
-        parts["chunks"].append(ep.actions[rows])
+        if action_mode == "joint_velocity":
+            parts["chunks"].append(ep.actions[rows])
+        else:  # the tool's offsets after each action, by forward kinematics of the recorded joints
+            parts["chunks"].append(np.concatenate([tool_offsets(ep.joint_position, chunk_size),
+                                                   ep.actions[rows][..., 7:]], -1))
         parts["tokens"].append(np.tile(instruction_tokens(rec["instruction"]), (t, 1)))
         parts["aux"].append(np.tile(target + _goal_xy(rec), (t, 1)))
         parts["aux_mask"].append(np.stack([~touched, ~touched, np.ones(t, bool), np.ones(t, bool)], 1))
@@ -310,8 +320,9 @@ def bc_loss(model, batch: dict, aux_weight: float = 1.0, pixel_weight: float = 1
 
     arm, grip_logits, positions, match = model(batch["images"], batch["state"], batch["tool"], batch["tokens"])
     target = batch["chunks"]
-    arm_loss = F.l1_loss(arm, target[..., :7].clamp(-1, 1))
-    grip_loss = F.binary_cross_entropy_with_logits(grip_logits, target[..., 7].clamp(0, 1))
+    labels = target[..., :-1]
+    arm_loss = F.l1_loss(arm, labels.clamp(-1, 1) if model.config.action_mode == "joint_velocity" else labels)
+    grip_loss = F.binary_cross_entropy_with_logits(grip_logits, target[..., -1].clamp(0, 1))
     centre = torch.tensor(POSITION_CENTRE, device=positions.device)
     err = (positions - (batch["aux"] - centre) * POSITION_SCALE) ** 2 * batch["aux_mask"]
     aux_loss = err.sum() / batch["aux_mask"].sum().clamp(min=1)
@@ -352,11 +363,12 @@ def train(cfg: TrainPolicyConfig) -> dict:
     snapshots = parse_snapshots(cfg.snapshots)
     total = cfg.total_steps
     demos = load_demonstrations(cfg.data_roots, cfg.view_list, cfg.chunk_size, cfg.scene,
-                                cfg.include_failure_modes, cfg.max_episodes, cfg.progress)
+                                cfg.include_failure_modes, cfg.max_episodes, cfg.progress, cfg.action_mode)
     mean = demos.state.mean(0)
     std = demos.state.std(0).clamp(min=1e-2)
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "ship", "device", "out")}
     mcfg = VisuomotorConfig(views=cfg.view_list, chunk_size=cfg.chunk_size, scene=cfg.scene,
+                            action_mode=cfg.action_mode,
                             state_mean=mean.tolist(), state_std=std.tolist(),
                             training={"options": options, "episodes": demos.episodes, "samples": len(demos)})
     torch.manual_seed(cfg.seed)

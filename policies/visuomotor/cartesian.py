@@ -1,0 +1,72 @@
+"""The Cartesian action head's two fixed ends: its training labels and the IK layer that turns its output into DROID
+actions.
+
+A ``tool_delta`` checkpoint (:class:`~policies.visuomotor.model.VisuomotorConfig`, ``action_mode``) predicts, for each
+of the chunk's H actions, where the tool point and the hand should be *after* that action, relative to where they are
+when the observation is taken: a position offset [m] and a rotation vector (world frame) per action, scaled by
+:data:`POSITION_SCALE` / :data:`ROTATION_SCALE`, plus the gripper command.  Reaching a cube is then a near-linear
+function of what the network already sees (where the cube is relative to the tool), instead of the arm's inverse
+Jacobian learned to the centimetre from a few hundred demonstrations.
+
+* :func:`tool_offsets` makes the labels from an episode's recorded joint positions by forward kinematics (the pose
+  after action ``t + k`` is the recorded pose at frame ``t + k + 1``).
+* :func:`joint_velocity_chunk` is the policy's last, fixed layer: damped least squares on the tool point's Jacobian
+  (:func:`neuralsim.kinematics.tool_jacobian`) with the scripted expert's damping and null-space pull towards DROID's
+  reset posture, stepping a model of the arm (each unit of normalised velocity moves a joint
+  :data:`~neuralsim.envs.sim_droid.REALISED_STEP_PER_V` rad) through the chunk's targets.  It needs only the joint
+  state, so the same policy acts in SimDROID and in NeuralDROID, and what reaches the env is DROID's 8-d action.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuralsim import kinematics as K
+# the scripted expert's IK damping and null-space gain, so the layer moves the arm as the demonstrations did
+from neuralsim.envs.experts import IK_DAMPING, NULLSPACE_GAIN
+from neuralsim.envs.sim_droid import REALISED_STEP_PER_V
+
+#: Scale of the predicted offsets: metres per unit of position, radians per unit of rotation.
+POSITION_SCALE, ROTATION_SCALE = 0.05, 0.25
+
+
+def tool_offsets(joint_position: np.ndarray, chunk_size: int) -> np.ndarray:
+    """Labels (T, H, 6) float32 of every frame of an episode with joint positions (T, 7): for the k-th action after
+    frame t, the tool point's offset and the hand's rotation vector from frame t to frame min(t + k + 1, T - 1),
+    scaled (past the end: the last pose, a hold)."""
+    p, R = K.tool_pose(np.asarray(joint_position, np.float64))
+    t = len(p)
+    after = np.minimum(np.arange(t)[:, None] + np.arange(1, chunk_size + 1)[None], t - 1)  # (T, H)
+    dp = (p[after] - p[:, None]) / POSITION_SCALE
+    dr = K.rotation_vector(R[after] @ np.swapaxes(R, -1, -2)[:, None]) / ROTATION_SCALE
+    return np.concatenate([dp, dr], -1).astype(np.float32)
+
+
+def joint_velocity_chunk(joint_position: np.ndarray, offsets: np.ndarray, gripper: np.ndarray) -> np.ndarray:
+    """DROID actions (N, H, 8) float32 that take arms at ``joint_position`` (N, 7) through the scaled tool targets
+    ``offsets`` (N, H, 6) (as :func:`tool_offsets` makes them) with gripper commands ``gripper`` (N, H) in [0, 1]."""
+    q = np.asarray(joint_position, np.float64).copy()
+    offsets = np.asarray(offsets, np.float64)
+    n, h = offsets.shape[:2]
+    if q.shape != (n, 7) or offsets.shape[2] != 6 or np.shape(gripper) != (n, h):
+        raise ValueError(f"expected joint positions (N, 7), offsets (N, H, 6) and gripper (N, H), got {q.shape}, "
+                         f"{offsets.shape}, {np.shape(gripper)}")
+    p0, R0 = K.tool_pose(q)
+    p_goal = p0[:, None] + POSITION_SCALE * offsets[..., :3]                        # (N, H, 3)
+    R_goal = K.rotation_matrix(ROTATION_SCALE * offsets[..., 3:]) @ R0[:, None]      # (N, H, 3, 3)
+    out = np.empty((n, h, 8), np.float32)
+    eye6 = IK_DAMPING ** 2 * np.eye(6)
+    for k in range(h):
+        p, R = K.tool_pose(q)
+        J = K.tool_jacobian(q)                                                       # (N, 6, 7)
+        err = np.concatenate([p_goal[:, k] - p, K.rotation_vector(R_goal[:, k] @ np.swapaxes(R, -1, -2))], -1)
+        Jt = np.swapaxes(J, -1, -2)
+        dq = (Jt @ np.linalg.solve(J @ Jt + eye6, err[..., None]))[..., 0]
+        null = np.eye(7) - np.linalg.pinv(J) @ J
+        dq += (null @ (NULLSPACE_GAIN * (K.RESET_JOINT_POSITION - q))[..., None])[..., 0]
+        v = dq / REALISED_STEP_PER_V
+        v /= np.maximum(1.0, np.abs(v).max(-1, keepdims=True))
+        q = q + REALISED_STEP_PER_V * v
+        out[:, k, :7] = v
+    out[..., 7] = np.clip(gripper, 0.0, 1.0)
+    return out
