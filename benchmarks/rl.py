@@ -44,7 +44,7 @@ import numpy as np
 
 from .policy_success import SEED0 as HELDOUT_SEED0
 from .results_path import results_path
-from .rl_grpo import ACTION_HIGH, ACTION_LOW, ChunkPolicy, GRPOConfig, collect, group_advantages, update
+from .rl_grpo import ChunkPolicy, GRPOConfig, collect, group_advantages, update
 
 log = logging.getLogger(__name__)
 TRAIN_SEED0 = 8_000_000
@@ -186,10 +186,11 @@ def wm_episodes(env, policy: ChunkPolicy, specs: Sequence, seeds: Sequence[int],
     instructions = [str(t) for t in info["instruction"]]
     t, reward = 0, np.zeros(n)
     while t < horizon:
+        inputs = policy.inputs(obs, instructions)
         with torch.no_grad():
-            actions = policy.mean(policy.inputs(obs, instructions)).numpy()
+            actions = policy.env_actions(inputs, policy.mean(inputs).numpy())
         for j in range(min(policy.cfg.replan_every, horizon - t)):
-            obs, reward, *_ = env.step(np.clip(actions[:, j], ACTION_LOW, ACTION_HIGH))
+            obs, reward, *_ = env.step(actions[:, j])
         t += min(policy.cfg.replan_every, horizon - t)
     return {"levels": np.asarray(reward, np.float64)}
 

@@ -1,9 +1,11 @@
 """Group-relative policy optimisation of a visuomotor policy's action chunks, in one file (cleanrl's manner).
 
 The unit of action is the chunk the policy emits; the ``replan_every`` actions of it the env executes are what is
-sampled and scored.  The policy is the shipped network's mean plus Gaussian exploration noise of a fixed standard
-deviation on every action dimension (7 normalised joint velocities and the gripper command); the env receives the
-sample clipped to DROID's action box, the log-probability is the unclipped sample's.
+sampled and scored.  The policy is the network's mean plus Gaussian exploration noise of a fixed standard
+deviation on every dimension the network predicts: for a joint-velocity checkpoint 7 normalised joint velocities
+and the gripper command, clipped to DROID's action box on the way to the env; for a Cartesian (``tool_delta``)
+checkpoint the 6 scaled tool offsets and the gripper command, which the policy's fixed IK layer turns into DROID
+actions.  The log-probability is the unclipped sample's.
 
 One iteration (World-Gymnast's and RLinf's recipe for sparse episode-end rewards):
 
@@ -39,7 +41,8 @@ class GRPOConfig:
     """The algorithm's knobs (the run's are in :class:`benchmarks.rl.RLConfig`)."""
 
     action_std: float = 0.15
-    """Exploration noise of each normalised joint velocity (the action box is [-1, 1])."""
+    """Exploration noise of each arm dimension the network predicts: a normalised joint velocity (the action box
+    is [-1, 1]) or a scaled tool offset (0.15 of policies.visuomotor.cartesian's scales: 7.5 mm, 2 degrees)."""
     gripper_std: float = 0.1
     """Exploration noise of the gripper command (in [0, 1])."""
     clip: float = 0.2
@@ -62,9 +65,9 @@ class GRPOConfig:
             raise ValueError("epochs, minibatch and replan_every must be >= 1, got "
                              f"{self.epochs}, {self.minibatch}, {self.replan_every}")
 
-    @property
-    def std(self) -> torch.Tensor:
-        return torch.tensor([self.action_std] * 7 + [self.gripper_std])
+    def std(self, arm_dims: int = 7) -> torch.Tensor:
+        """Per-dimension exploration noise: ``arm_dims`` arm dimensions, then the gripper."""
+        return torch.tensor([self.action_std] * arm_dims + [self.gripper_std])
 
 
 class ChunkPolicy:
@@ -74,7 +77,8 @@ class ChunkPolicy:
         self.policy = policy          # a policies.visuomotor.VisuomotorPolicy (preprocessing, tokens, the net)
         self.net = policy.model
         self.cfg = cfg
-        self.std = cfg.std
+        self.cartesian = policy.config.action_mode == "tool_delta"
+        self.std = cfg.std(policy.config.action_dim)
 
     def inputs(self, observations: dict[str, Any], instructions: Sequence[str]) -> dict[str, torch.Tensor]:
         """The network's inputs for a batched observation dict (kept as the rollout's record)."""
@@ -89,7 +93,8 @@ class ChunkPolicy:
                 "tokens": torch.tensor(tokens, dtype=torch.long)}
 
     def mean(self, inputs: dict[str, torch.Tensor], net=None) -> torch.Tensor:
-        """(N, replan_every, 8) mean actions: the network's arm velocities and gripper command."""
+        """(N, replan_every, A + 1) mean actions: the network's arm outputs (joint velocities or tool offsets) and
+        gripper command."""
         net = self.net if net is None else net
         arm, grip = net(inputs["images"].float().div(255), inputs["state"], inputs["tool"], inputs["tokens"])[:2]
         chunk = torch.cat([arm, torch.sigmoid(grip)[..., None]], dim=-1)
@@ -102,8 +107,17 @@ class ChunkPolicy:
             a = mu + self.std * torch.randn(mu.shape, generator=generator)
             return a.numpy().astype(np.float32), self.log_prob(mu, a)
 
+    def env_actions(self, inputs: dict[str, torch.Tensor], actions: np.ndarray) -> np.ndarray:
+        """DROID actions (N, E, 8) for sampled or mean actions (N, E, A + 1): clipped to the action box, after the
+        IK layer for a Cartesian checkpoint (from the joint state the chunk was inferred at)."""
+        if self.cartesian:
+            from policies.visuomotor.cartesian import joint_velocity_chunk
+
+            actions = joint_velocity_chunk(inputs["state"][:, :7].numpy(), actions[..., :6], actions[..., 6])
+        return np.clip(actions, ACTION_LOW, ACTION_HIGH)
+
     def log_prob(self, mu: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """(N, E) log-density of ``actions`` under N(mu, std^2), summed over the 8 action dimensions."""
+        """(N, E) log-density of ``actions`` under N(mu, std^2), summed over the action dimensions."""
         z = (actions - mu) / self.std
         return (-0.5 * z.pow(2) - torch.log(self.std) - 0.5 * math.log(2 * math.pi)).sum(-1)
 
@@ -126,7 +140,7 @@ class Rollouts:
     """One iteration's rollouts: per chunk the inputs, the sampled actions and their log-probabilities."""
 
     inputs: list[dict[str, torch.Tensor]]      # per chunk, batched over the N rows
-    actions: list[torch.Tensor]                # per chunk, (N, E, 8) unclipped samples
+    actions: list[torch.Tensor]                # per chunk, (N, E, A + 1) unclipped samples
     logp: list[torch.Tensor]                   # per chunk, (N, E)
     steps: list[int]                           # per chunk, actions the env executed (the last may be fewer)
     rewards: np.ndarray                        # (N,) episode rewards (level / 5; NaN where the judge failed)
@@ -146,9 +160,10 @@ def collect(env, policy: ChunkPolicy, specs: Sequence, seeds: Sequence[int], hor
     while t < horizon:
         inputs = policy.inputs(obs, instructions)
         actions, logp = policy.sample(inputs, generator)
+        executed = policy.env_actions(inputs, actions)
         k = min(e, horizon - t)
         for j in range(k):
-            obs, reward, terminated, truncated, infos = env.step(np.clip(actions[:, j], ACTION_LOW, ACTION_HIGH))
+            obs, reward, terminated, truncated, infos = env.step(executed[:, j])
         t += k
         record.inputs.append(inputs)
         record.actions.append(torch.from_numpy(actions))

@@ -14,14 +14,25 @@ from benchmarks import rl as RL
 from benchmarks.rl_grpo import ChunkPolicy, GRPOConfig, group_advantages
 
 
-@pytest.fixture(scope="module")
-def start_policy(tmp_path_factory):
+def small_checkpoint(directory, action_mode: str = "joint_velocity"):
     """A small untrained visuomotor checkpoint of the classic scene (the tiny world model's)."""
     from policies.visuomotor.model import VisuomotorConfig, VisuomotorNet
 
     torch.manual_seed(0)
-    net = VisuomotorNet(VisuomotorConfig(channels=(4, 8, 8, 8), hidden=32, embed=8, scene="classic"))
-    return net.save_pretrained(tmp_path_factory.mktemp("start_policy"))
+    net = VisuomotorNet(VisuomotorConfig(channels=(4, 8, 8, 8), hidden=32, embed=8, scene="classic",
+                                         action_mode=action_mode))
+    return net.save_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def start_policy(tmp_path_factory):
+    return small_checkpoint(tmp_path_factory.mktemp("start_policy"))
+
+
+@pytest.fixture(scope="module", params=["joint_velocity", "tool_delta"])
+def any_head_policy(request, tmp_path_factory):
+    """A small checkpoint of either action head (joint velocities or Cartesian tool offsets)."""
+    return small_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
 
 
 def tiny(tmp_path, checkpoint, policy, **kw) -> RL.RLConfig:
@@ -42,14 +53,15 @@ def test_group_advantages_are_relative_to_the_group():
 def test_log_prob_and_kl_are_the_gaussians():
     cfg = GRPOConfig(action_std=0.2, gripper_std=0.1)
     chunks = ChunkPolicy.__new__(ChunkPolicy)
-    chunks.cfg, chunks.std = cfg, cfg.std
-    g = torch.Generator().manual_seed(0)
-    mu, a, ref = (torch.randn(3, 8, 8, generator=g) for _ in range(3))
-    expected = torch.distributions.Normal(mu, cfg.std).log_prob(a).sum(-1)
-    torch.testing.assert_close(chunks.log_prob(mu, a), expected)
-    kl = torch.distributions.kl_divergence(torch.distributions.Normal(mu, cfg.std),
-                                           torch.distributions.Normal(ref, cfg.std)).sum(-1)
-    torch.testing.assert_close(chunks.kl(mu, ref), kl)
+    for dims in (7, 6):  # joint velocities or tool offsets, then the gripper
+        chunks.cfg, chunks.std = cfg, cfg.std(dims)
+        g = torch.Generator().manual_seed(0)
+        mu, a, ref = (torch.randn(3, 8, dims + 1, generator=g) for _ in range(3))
+        expected = torch.distributions.Normal(mu, chunks.std).log_prob(a).sum(-1)
+        torch.testing.assert_close(chunks.log_prob(mu, a), expected)
+        kl = torch.distributions.kl_divergence(torch.distributions.Normal(mu, chunks.std),
+                                               torch.distributions.Normal(ref, chunks.std)).sum(-1)
+        torch.testing.assert_close(chunks.kl(mu, ref), kl)
 
 
 def _one_chunk(policy_dir, seed=0):
@@ -70,12 +82,12 @@ def _one_chunk(policy_dir, seed=0):
 
 
 @pytest.mark.parametrize("advantages", [[1.0, -1.0], [0.0, 0.0]])
-def test_the_update_makes_the_better_rollouts_actions_likelier(start_policy, advantages):
+def test_the_update_makes_the_better_rollouts_actions_likelier(any_head_policy, advantages):
     import copy
 
     from benchmarks.rl_grpo import update
 
-    chunks, rollouts = _one_chunk(start_policy)
+    chunks, rollouts = _one_chunk(any_head_policy)
     reference = copy.deepcopy(chunks.net)
     before = {k: v.clone() for k, v in chunks.net.state_dict().items()}
     old = rollouts.logp[0].sum(-1)
@@ -89,6 +101,18 @@ def test_the_update_makes_the_better_rollouts_actions_likelier(start_policy, adv
         assert not moved and torch.equal(new, old)
     else:
         assert moved and new[0] > old[0] and new[1] < old[1]
+
+
+def test_samples_reach_the_env_as_droid_actions(any_head_policy):
+    chunks, rollouts = _one_chunk(any_head_policy)
+    sampled = rollouts.actions[0].numpy()
+    assert sampled.shape[-1] == chunks.net.config.action_dim + 1
+    executed = chunks.env_actions(rollouts.inputs[0], sampled)
+    assert executed.shape == sampled.shape[:2] + (8,) and executed.dtype == np.float32
+    assert np.all(np.abs(executed[..., :7]) <= 1) and np.all((executed[..., 7] >= 0) & (executed[..., 7] <= 1))
+    if chunks.cartesian:  # the IK layer's actions differ with the sampled tool offsets
+        assert not np.allclose(executed[0], executed[1])
+        np.testing.assert_allclose(executed[..., 7], np.clip(sampled[..., 6], 0, 1), rtol=1e-6)
 
 
 def test_divergence_is_flagged_when_the_world_model_reward_rises_and_the_truth_falls():
