@@ -295,16 +295,18 @@ def tool_pose(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return T[..., :3, 3] + TCP_OFFSET * T[..., :3, 2], T[..., :3, :3]
 
 
-def tool_jacobian(q: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+def tool_jacobian(q: np.ndarray, eps: float = 1e-6, with_pose: bool = False):
     """The tool point's geometric Jacobian (..., 6, 7) at joint positions (..., 7): rows 0-2 its linear velocity,
     rows 3-5 the hand's angular velocity (world frame), per unit joint velocity.  Central differences of
-    :func:`tool_pose`, one batched forward kinematics of 14 perturbed states (no MuJoCo, so it also runs where
-    only the joint state is known, as in NeuralDROID)."""
+    :func:`tool_pose`, one batched forward kinematics of 15 states (no MuJoCo, so it also runs where only the joint
+    state is known, as in NeuralDROID).  ``with_pose``: also return the :func:`tool_pose` at ``q``."""
     q = np.asarray(q, np.float64)
     step = eps * np.eye(7)
-    p, R = tool_pose(np.concatenate([q[..., None, :] + step, q[..., None, :] - step], axis=-2))  # (..., 14, 3[, 3])
-    dp = (p[..., :7, :] - p[..., 7:, :]) / (2 * eps)                                             # (..., 7, 3)
-    dR = (R[..., :7, :, :] - R[..., 7:, :, :]) / (2 * eps)                                       # (..., 7, 3, 3)
-    W = dR @ np.swapaxes(tool_pose(q)[1], -1, -2)[..., None, :, :]  # the skew matrix of each column's omega
-    omega = np.stack([W[..., 2, 1], W[..., 0, 2], W[..., 1, 0]], axis=-1)                          # (..., 7, 3)
-    return np.swapaxes(np.concatenate([dp, omega], axis=-1), -1, -2)
+    states = np.concatenate([q[..., None, :] + step, q[..., None, :] - step, q[..., None, :]], axis=-2)
+    p, R = tool_pose(states)                                       # (..., 15, 3), (..., 15, 3, 3)
+    dp = (p[..., :7, :] - p[..., 7:14, :]) / (2 * eps)              # (..., 7, 3)
+    dR = (R[..., :7, :, :] - R[..., 7:14, :, :]) / (2 * eps)        # (..., 7, 3, 3)
+    W = dR @ np.swapaxes(R[..., 14:, :, :], -1, -2)                  # the skew matrix of each column's omega
+    omega = np.stack([W[..., 2, 1], W[..., 0, 2], W[..., 1, 0]], axis=-1)  # (..., 7, 3)
+    J = np.swapaxes(np.concatenate([dp, omega], axis=-1), -1, -2)
+    return (J, p[..., 14, :], R[..., 14, :, :]) if with_pose else J

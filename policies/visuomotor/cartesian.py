@@ -57,12 +57,14 @@ def joint_velocity_chunk(joint_position: np.ndarray, offsets: np.ndarray, grippe
     out = np.empty((n, h, 8), np.float32)
     eye6 = IK_DAMPING ** 2 * np.eye(6)
     for k in range(h):
-        p, R = K.tool_pose(q)
-        J = K.tool_jacobian(q)                                                       # (N, 6, 7)
-        err = np.concatenate([p_goal[:, k] - p, K.rotation_vector(R_goal[:, k] @ np.swapaxes(R, -1, -2))], -1)
+        J, p, R = K.tool_jacobian(q, with_pose=True)                                 # (N, 6, 7)
+        # the expert's rotation error: half the sum of the cross products of the current and goal axes
+        turn = 0.5 * np.cross(R, R_goal[:, k], axis=-2).sum(-1)
+        err = np.concatenate([p_goal[:, k] - p, turn], -1)
         Jt = np.swapaxes(J, -1, -2)
-        dq = (Jt @ np.linalg.solve(J @ Jt + eye6, err[..., None]))[..., 0]
-        null = np.eye(7) - np.linalg.pinv(J) @ J
+        JJt = J @ Jt
+        dq = (Jt @ np.linalg.solve(JJt + eye6, err[..., None]))[..., 0]
+        null = np.eye(7) - Jt @ np.linalg.solve(JJt, J)                              # I - pinv(J) J
         dq += (null @ (NULLSPACE_GAIN * (K.RESET_JOINT_POSITION - q))[..., None])[..., 0]
         v = dq / REALISED_STEP_PER_V
         v /= np.maximum(1.0, np.abs(v).max(-1, keepdims=True))
