@@ -42,6 +42,18 @@ def tool_offsets(joint_position: np.ndarray, chunk_size: int) -> np.ndarray:
     return np.concatenate([dp, dr], -1).astype(np.float32)
 
 
+def reexpress(offsets: np.ndarray, joint_position: np.ndarray, seen_joint_position: np.ndarray) -> np.ndarray:
+    """Scaled offsets (N, H, 6) from the tool pose at ``joint_position`` (N, 7), re-expressed from the pose at
+    ``seen_joint_position``: the same targets in the world, as a policy that reads the second state must aim (the
+    labels of training's joint-state jitter)."""
+    p, R = K.tool_pose(joint_position)
+    p_seen, R_seen = K.tool_pose(seen_joint_position)
+    dp = offsets[..., :3] + (p - p_seen)[:, None] / POSITION_SCALE
+    turn = K.rotation_matrix(ROTATION_SCALE * np.asarray(offsets[..., 3:], np.float64)) @ (R @ np.swapaxes(
+        R_seen, -1, -2))[:, None]
+    return np.concatenate([dp, K.rotation_vector(turn) / ROTATION_SCALE], -1).astype(np.float32)
+
+
 def joint_velocity_chunk(joint_position: np.ndarray, offsets: np.ndarray, gripper: np.ndarray) -> np.ndarray:
     """DROID actions (N, H, 8) float32 that take arms at ``joint_position`` (N, 7) through the scaled tool targets
     ``offsets`` (N, H, 6) (as :func:`tool_offsets` makes them) with gripper commands ``gripper`` (N, H) in [0, 1]."""

@@ -276,14 +276,17 @@ def random_shift(images: "torch.Tensor", pad: int, generator: "torch.Generator"
 
 
 def make_batch(demos: Demonstrations, batch_size: int, generator: "torch.Generator", device: str,
-               augment: bool = True, shift: int = 1, state_noise: float = 0.02) -> dict:
+               augment: bool = True, shift: int = 1, state_noise: float = 0.02, action_mode: str = "joint_velocity"
+               ) -> dict:
     """One batch of samples drawn uniformly (with the augmentation when ``augment``: images shifted by up to
-    ``shift`` px, joint states jittered)."""
+    ``shift`` px, joint states jittered; for ``tool_delta`` labels the targets stay where they are in the world, so
+    the offsets are re-expressed from the jittered tool pose)."""
     import torch
 
     i = torch.randint(0, len(demos), (batch_size,), generator=generator)
     images = demos.images[i].float().div_(255)  # (B, V, 3, S, S)
     state = demos.state[i].clone()
+    chunks = demos.chunks[i]
     pixels = demos.pixels[i].clone()  # (B, V, 2, 2)
     if augment:
         b, v = images.shape[:2]
@@ -292,11 +295,17 @@ def make_batch(demos: Demonstrations, batch_size: int, generator: "torch.Generat
             images = shifted.view_as(images)
             pixels += (2.0 / images.shape[-1]) * moved.view(b, v, 1, 2).float()
         if state_noise > 0:
+            true = state[:, :7].clone()
             state[:, :7] += state_noise * torch.randn(b, 7, generator=generator)
+            if action_mode == "tool_delta":
+                from .cartesian import reexpress
+
+                chunks = torch.cat([torch.from_numpy(reexpress(chunks[..., :6].numpy(), true.numpy(),
+                                                               state[:, :7].numpy())), chunks[..., 6:]], -1)
     from .model import tool_pose
 
     return {"images": images.to(device), "state": state.to(device), "tool": tool_pose(state[:, :7]).to(device),
-            "chunks": demos.chunks[i].to(device),
+            "chunks": chunks.to(device),
             "tokens": demos.tokens[i].to(device), "aux": demos.aux[i].to(device),
             "aux_mask": demos.aux_mask[i].to(device), "pixels": pixels.to(device),
             "pixel_mask": demos.pixel_mask[i].to(device)}
@@ -413,7 +422,7 @@ def train(cfg: TrainPolicyConfig) -> dict:
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, cfg.steps, cfg.lr)
         batch = make_batch(demos, cfg.batch_size, _seeded(cfg.seed, step), cfg.device, shift=cfg.shift,
-                           state_noise=cfg.state_noise)
+                           state_noise=cfg.state_noise, action_mode=cfg.action_mode)
         loss, parts = bc_loss(model, batch, cfg.aux_weight, cfg.pixel_weight)
         if not math.isfinite(parts["loss"]):
             raise RuntimeError(f"non-finite loss at step {step}: {parts}")

@@ -110,3 +110,19 @@ def test_a_trained_tool_delta_checkpoint_loads_and_drives_simdroid(tmp_path, one
     assert policy.config.action_mode == "tool_delta" and policy.model.action_head.out_features == 12 * 7
     result = run_episode(gym.make("SimDROID-v1", max_episode_steps=16), policy, seed=11)
     assert result.steps == 16 and np.all(np.abs(result.actions[:, :7]) <= 1)
+
+
+def test_jittered_states_keep_their_targets_in_the_world():
+    """Training jitters the joint state the policy reads; the labels are re-expressed so they still point at the
+    demonstration's poses."""
+    q = wandering_joints(20, seed=4)
+    y = C.tool_offsets(q, chunk_size=5)[[2, 9]]
+    seen = q[[2, 9]] + 0.02 * np.random.default_rng(5).standard_normal((2, 7))
+    moved = C.reexpress(y, q[[2, 9]], seen)
+    (p, R), (p_seen, R_seen) = K.tool_pose(q[[2, 9]]), K.tool_pose(seen)
+    np.testing.assert_allclose(p_seen[:, None] + C.POSITION_SCALE * moved[..., :3],
+                               p[:, None] + C.POSITION_SCALE * y[..., :3], atol=1e-6)
+    np.testing.assert_allclose(K.rotation_matrix(C.ROTATION_SCALE * moved[..., 3:].astype(np.float64)) @
+                               R_seen[:, None], K.rotation_matrix(C.ROTATION_SCALE * y[..., 3:].astype(np.float64)) @
+                               R[:, None], atol=1e-5)
+    assert not np.allclose(moved, y)
