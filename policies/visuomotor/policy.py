@@ -11,7 +11,10 @@ The policy reads only what a real DROID policy gets: the camera views named in i
 ``gripper_position`` and the instruction (tokenised by :mod:`policies.visuomotor.tokens`).  Images of another
 size are letterboxed to the checkpoint's (openpi's resize with pad); images that are not (H, W, 3) uint8 (or float
 in [0, 1]) are refused by name, as are missing keys and states of the wrong size.  ``infer`` returns a chunk of
-``chunk_size`` actions; :func:`~policies.base.run_episode` executes the first 8 (openpi's DROID setting).
+``chunk_size`` DROID actions; :func:`~policies.base.run_episode` executes the first 8 (openpi's DROID setting).  A
+Cartesian checkpoint (``config.action_mode == "tool_delta"``) predicts tool poses, and its fixed IK layer
+(:func:`policies.visuomotor.cartesian.joint_velocity_chunk`) turns them into those joint-velocity actions from the
+observed joint state.
 :meth:`VisuomotorPolicy.infer_batch` answers N observations (a vector env's batch) in one forward pass.
 """
 

@@ -7,10 +7,13 @@ Usage:
 The demonstrations are the successful episodes of datasets written by ``neuralsim data generate`` (expert and
 noisy expert; episodes with a failure mode are left out unless ``--include-failure-modes``).  Every frame is a
 sample: the chosen views and the joint and gripper state at that frame, the instruction's tokens, and as target
-the next ``chunk_size`` actions (past the episode's end, its last action: a hold).  Loss: L1 on the 7 joint
-commands, binary cross-entropy on the gripper, and an auxiliary MSE on where the target cube (before it is
-touched) and the goal lie, from the episode's recorded poses.  Images are shifted by up to ``--shift`` px (DrQ) and
-the state jittered, so a policy does not need its arm exactly on a demonstration to act.
+the next ``chunk_size`` actions (past the episode's end, its last action: a hold); with ``--action-mode tool_delta``
+(the Cartesian head) the tool poses after those actions instead, by forward kinematics of the recorded joints.
+Loss: L1 on the 7 joint commands (or the 6 scaled tool offsets), binary cross-entropy on the gripper, and an
+auxiliary MSE on where the target cube (before it is touched) and the goal lie, from the episode's recorded poses.
+Images are shifted by up to ``--shift`` px (DrQ) and the state jittered, so a policy does not need its arm exactly
+on a demonstration to act (a Cartesian head's labels are re-expressed from the jittered pose, so they still point
+at the demonstration's poses).
 
 One training run gives every checkpoint: ``--snapshots NAME=STEP,...`` saves the EMA weights at those steps
 (``runs/.../snapshots/NAME``); ``--ship`` also copies them into ``policies/visuomotor/weights/NAME``, where

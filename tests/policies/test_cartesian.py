@@ -126,3 +126,15 @@ def test_jittered_states_keep_their_targets_in_the_world():
                                R_seen[:, None], K.rotation_matrix(C.ROTATION_SCALE * y[..., 3:].astype(np.float64)) @
                                R[:, None], atol=1e-5)
     assert not np.allclose(moved, y)
+
+
+def test_the_shipped_cartesian_checkpoint_acts_in_simdroid_and_neuraldroid():
+    from policies import make_policy, run_episode
+
+    policy = make_policy("visuomotor-cartesian-s3000", num_threads=1)
+    assert policy.config.action_mode == "tool_delta" and policy.config.scene == "legible"
+    sim = run_episode(gym.make("SimDROID-v1", max_episode_steps=24), policy, seed=2_000_000)
+    assert sim.steps == 24 and np.all(np.abs(sim.actions[:, :7]) <= 1)
+    assert np.abs(sim.actions[:, :7]).max() > 0.05  # it moves the arm
+    neural = run_episode(gym.make("NeuralDROID-v0", max_episode_steps=8), policy, seed=2_000_000)
+    assert neural.steps == 8 and np.all(np.isfinite(neural.actions))
