@@ -22,8 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuralsim import kinematics as K
-# the scripted expert's IK damping and null-space gain, so the layer moves the arm as the demonstrations did
-from neuralsim.envs.experts import IK_DAMPING, NULLSPACE_GAIN
+from neuralsim.envs.experts import IK_DAMPING, NULLSPACE_GAIN  # the expert's, so the layer moves the arm as it did
 from neuralsim.envs.sim_droid import REALISED_STEP_PER_V
 
 #: Scale of the predicted offsets: metres per unit of position, radians per unit of rotation.

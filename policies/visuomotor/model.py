@@ -215,10 +215,10 @@ class VisuomotorNet(nn.Module):
     ``forward(images, state, tool, tokens)``: ``images`` (B, V, 3, S, S) float in [0, 1] in ``config.views``
     order, ``state`` (B, 8) raw joint positions and gripper, ``tool`` (B, 9) the :func:`tool_pose` of those joint
     positions, ``tokens`` (B, 3) long.  Returns ``arm`` (B, H, A): 7 joint velocities in [-1, 1] or 6 scaled tool
-    offsets, as ``config.action_mode`` says; ``gripper_logits`` (B, H), ``positions`` (B, 4): the estimated target cube xy and goal xy, scaled as
-    :data:`POSITION_CENTRE` / :data:`POSITION_SCALE` say, and ``match`` (B, V, 2, S/2, S/2): each view's target- and
-    base-colour match logits, whose softmax over pixels training supervises with where those cubes project in the
-    exterior views.
+    offsets, as ``config.action_mode`` says; ``gripper_logits`` (B, H); ``positions`` (B, 4): the estimated target
+    cube xy and goal xy, scaled as :data:`POSITION_CENTRE` / :data:`POSITION_SCALE` say; and ``match`` (B, V, 2,
+    S/2, S/2): each view's target- and base-colour match logits, whose softmax over pixels training supervises with
+    where those cubes project in the exterior views.
     """
 
     def __init__(self, config: VisuomotorConfig) -> None:
