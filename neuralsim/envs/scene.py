@@ -204,6 +204,19 @@ def project_exterior(points: np.ndarray, scene: "str | SceneConfig" = CLASSIC) -
     return np.stack([cam[..., 0] / cam[..., 2] / tans[None, :], -cam[..., 1] / cam[..., 2] / tans[None, :]], -1)
 
 
+def project_wrist(points: np.ndarray, joint_position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """World points (N, 3) seen from SimDROID's wrist camera at joint states (T, 7): image points (T, N, 2) as
+    (column, row) in [-1, 1] (-1 = left/top edge) and (T, N) whether each point is in front of the camera.
+
+    The camera is the one the scene's MJCF mounts on the hand (:func:`~neuralsim.kinematics.wrist_camera_pose`)."""
+    pos, rot = K.wrist_camera_pose(K.forward_kinematics(np.asarray(joint_position, np.float64)))  # (T, 3), (T, 3, 3)
+    cam = np.einsum("tji,tnj->tni", rot, np.asarray(points, float)[None] - pos[:, None])  # right, up, backwards
+    ahead = -cam[..., 2]
+    tan = math.tan(math.radians(K.WRIST_CAMERA_FOVY) / 2)
+    depth = np.maximum(ahead, 1e-6)
+    return np.stack([cam[..., 0] / depth / tan, -cam[..., 1] / depth / tan], -1), ahead > 0.02
+
+
 def franka_mesh_dir() -> str:
     """Directory of the Panda meshes shipped by gymnasium-robotics."""
     import importlib.util

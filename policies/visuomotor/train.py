@@ -88,6 +88,9 @@ class TrainPolicyConfig:
     pixel_weight: float = 1.0
     """Weight of the colour-match loss: cross-entropy of each exterior view's target- and base-colour match map
     (softmax over pixels) against the pixel the cube projects to."""
+    wrist_pixels: bool = False
+    """Also supervise the wrist view's colour-match maps, with where each cube projects through the wrist camera at
+    that frame's joint state (while the cube is in view and untouched)."""
     state_noise: float = 0.02
     """Std of the Gaussian jitter added to the joint positions the policy reads [rad] (the action labels stay), so a
     policy does not need its arm exactly on a demonstration to act; at 0.02 rad it moves the tool point the policy
@@ -182,7 +185,8 @@ def _goal_xy(record: dict) -> list[float]:
 
 def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: int, scene: str = "classic",
                         include_failure_modes: bool = False, max_episodes: int | None = None,
-                        progress: bool = True, action_mode: str = "joint_velocity") -> Demonstrations:
+                        progress: bool = True, action_mode: str = "joint_velocity",
+                        wrist_pixels: bool = False) -> Demonstrations:
     """Read the successful episodes of ``roots`` into training samples (see the module docstring).
 
     Raises:
@@ -194,7 +198,7 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
 
     from neuralsim.data.reader import DatasetError, detect_layout, list_episodes, load_episode
     from neuralsim.data.writer import DATA_PATH, read_info
-    from neuralsim.envs.scene import get_scene, project_exterior
+    from neuralsim.envs.scene import get_scene, project_exterior, project_wrist
 
     from .cartesian import tool_offsets
     from .model import VIEW_NAMES
@@ -247,8 +251,16 @@ def load_demonstrations(roots: list[str], views: tuple[str, ...], chunk_size: in
         centres = np.array([rec["initial_poses"][k][:3] for k in (rec["target"], base or rec["target"])])
         uv = project_exterior(centres, scene).transpose(1, 0, 2)[[min(i, 1) for i in idx]]  # (V, 2 cubes, 2)
         seen = exterior[:, None] & (np.abs(uv).max(-1) < 1) & np.array([True, base is not None])[None]  # (V, 2)
-        parts["pixels"].append(np.tile(uv[None].astype(np.float32), (t, 1, 1, 1)))
-        parts["pixel_mask"].append(seen[None] & np.stack([~touched, np.ones(t, bool)], 1)[:, None, :])
+        pixels = np.tile(uv[None].astype(np.float32), (t, 1, 1, 1))                       # (T, V, 2, 2)
+        untouched = np.stack([~touched, np.ones(t, bool)], 1)                              # (T, 2 cubes)
+        mask = seen[None] & untouched[:, None, :]                                          # (T, V, 2)
+        if wrist_pixels and 2 in idx:  # the wrist camera moves with the hand: a label per frame
+            w = idx.index(2)
+            uvw, ahead = project_wrist(centres, ep.joint_position)                         # (T, 2, 2), (T, 2)
+            pixels[:, w] = uvw
+            mask[:, w] = ahead & (np.abs(uvw).max(-1) < 1) & untouched & np.array([True, base is not None])
+        parts["pixels"].append(pixels)
+        parts["pixel_mask"].append(mask)
     cat = {k: np.concatenate(v) for k, v in parts.items()}
     return Demonstrations(
         images=torch.from_numpy(cat["images"]), state=torch.from_numpy(cat["state"].astype(np.float32)),
@@ -375,7 +387,8 @@ def train(cfg: TrainPolicyConfig) -> dict:
     snapshots = parse_snapshots(cfg.snapshots)
     total = cfg.total_steps
     demos = load_demonstrations(cfg.data_roots, cfg.view_list, cfg.chunk_size, cfg.scene,
-                                cfg.include_failure_modes, cfg.max_episodes, cfg.progress, cfg.action_mode)
+                                cfg.include_failure_modes, cfg.max_episodes, cfg.progress, cfg.action_mode,
+                                cfg.wrist_pixels)
     mean = demos.state.mean(0)
     std = demos.state.std(0).clamp(min=1e-2)
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "ship", "device", "out")}

@@ -103,6 +103,22 @@ def test_legibility_projection_matches_the_scene_cameras(legible):
         np.testing.assert_allclose(px, (uv + 1) / 2 * 64, atol=0.01)  # the MJCF rounds xyaxes to 5 decimals
 
 
+def test_wrist_projection_matches_the_compiled_wrist_camera(legible):
+    """project_wrist (forward kinematics of the joints, no MuJoCo) agrees with MuJoCo's own wrist camera."""
+    import mujoco
+
+    legible.reset(seed=1)
+    for _ in range(10):  # somewhere off the reset posture
+        legible.step(np.array([0.3, 0.4, -0.2, 0.3, 0.1, -0.3, 0.2, 0.0], np.float32))
+    mujoco.mj_forward(legible.model, legible.data)
+    q = legible.data.qpos[legible.h.arm_qpos].copy()
+    pts = np.array([[0.5, 0.05, 0.03], [0.6, -0.1, 0.1], [0.45, 0.12, 0.0]])
+    uv, ahead = S.project_wrist(pts, q[None])
+    px = legibility.camera_projector(legible.model, legible.data, "wrist", 64)(pts)
+    np.testing.assert_allclose(px[ahead[0]], ((uv[0] + 1) / 2 * 64)[ahead[0]], atol=0.05)
+    assert ahead.shape == (1, 3) and ahead.any()
+
+
 def test_probe_triangulates_through_its_scene():
     pts = np.array([[0.5, 0.05, 0.03], [0.58, -0.08, 0.09]])
     np.testing.assert_allclose(P.triangulate(S.project_exterior(pts, "legible"), "legible"), pts, atol=1e-9)

@@ -122,6 +122,25 @@ def test_training_resumes_on_the_same_curve_and_is_deterministic(demos, tmp_path
         tiny_train(demos, tmp_path / "whole", lr=1e-4)
 
 
+def test_wrist_pixel_labels_follow_the_hand(demos):
+    """--wrist-pixels labels the wrist view with where the cube projects at each frame's joint state."""
+    from neuralsim.data.reader import list_episodes, read_joints_and_actions
+    from neuralsim.envs.scene import project_wrist
+    from policies.visuomotor.train import load_demonstrations
+
+    views = ("exterior_image_1_left", "wrist_image_left")
+    plain = load_demonstrations([str(demos)], views, 4, "classic", progress=False)
+    wrist = load_demonstrations([str(demos)], views, 4, "classic", progress=False, wrist_pixels=True)
+    assert plain.pixel_mask[:, 1].sum() == 0 and wrist.pixel_mask[:, 1, 0].sum() > 0
+    assert np.array_equal(plain.pixel_mask[:, 0].numpy(), wrist.pixel_mask[:, 0].numpy())  # exterior unchanged
+    rec = list_episodes(demos)[0]
+    q, _ = read_joints_and_actions(demos, rec)
+    uv, _ = project_wrist(np.array([rec["initial_poses"][rec["target"]][:3]]), q)
+    labelled = wrist.pixel_mask[:len(q), 1, 0].numpy().astype(bool)
+    np.testing.assert_allclose(wrist.pixels[:len(q), 1, 0].numpy()[labelled], uv[labelled, 0], atol=1e-5)
+    assert len(set(map(tuple, np.round(uv[labelled, 0], 3)))) > 1  # it moves with the hand
+
+
 def test_image_shift_moves_the_pixel_labels_with_the_content():
     import torch
 
