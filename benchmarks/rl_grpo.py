@@ -108,8 +108,11 @@ class ChunkPolicy:
             return a.numpy().astype(np.float32), self.log_prob(mu, a)
 
     def env_actions(self, inputs: dict[str, torch.Tensor], actions: np.ndarray) -> np.ndarray:
-        """DROID actions (N, E, 8) for sampled or mean actions (N, E, A + 1): clipped to the action box, after the
-        IK layer for a Cartesian checkpoint (from the joint state the chunk was inferred at)."""
+        """DROID actions (N, E, 8) for sampled or mean actions (N, E, A + 1): the gripper decoded as the checkpoint
+        says, through the IK layer for a Cartesian checkpoint (from the joint state the chunk was inferred at), clipped
+        to the action box."""
+        actions = np.array(actions, np.float32)
+        actions[..., -1] = self.policy.config.gripper_command(actions[..., -1])  # binary checkpoints threshold it
         if self.cartesian:
             from policies.visuomotor.cartesian import joint_velocity_chunk
 

@@ -49,6 +49,8 @@ TCP_OFFSET = 0.13
 #: What the arm part of an action is -> numbers per action: DROID's joint velocities, or the Cartesian head's
 #: tool-point offset and rotation vector (policies.visuomotor.cartesian).
 ACTION_MODES = {"joint_velocity": 7, "tool_delta": 6}
+#: How the gripper logit becomes a command (VisuomotorConfig.gripper).
+GRIPPER_DECODINGS = ("probability", "binary")
 #: Table positions [m] as the object head predicts them: ``(xy - centre) * scale`` for target xy, goal xy.
 POSITION_CENTRE, POSITION_SCALE = (0.5, 0.0, 0.5, 0.0), 5.0
 
@@ -83,6 +85,9 @@ class VisuomotorConfig:
     """What the network predicts per action besides the gripper: ``joint_velocity`` (DROID's 7 normalised joint
     velocities) or ``tool_delta`` (the tool point's offset and the hand's rotation after the action, relative to the
     observed pose; the policy turns them into joint velocities by IK).  Either way the policy emits DROID actions."""
+    gripper: str = "probability"
+    """How the gripper logit becomes DROID's gripper command: ``probability`` (its sigmoid, a position in [0, 1]) or
+    ``binary`` (1 where that probability exceeds 0.5, else 0: the more likely of the demonstrations' two commands)."""
     training: dict = field(default_factory=dict)
     """How the weights were made (command options, steps, data, seed); informational."""
 
@@ -103,6 +108,8 @@ class VisuomotorConfig:
         if len(self.state_mean) != 8 or len(self.state_std) != 8 or min(self.state_std) <= 0:
             raise ValueError(f"state_mean/state_std must be 8 numbers (std > 0), got {self.state_mean}, "
                              f"{self.state_std}")
+        if self.gripper not in GRIPPER_DECODINGS:
+            raise ValueError(f"gripper must be one of {GRIPPER_DECODINGS}, got {self.gripper!r}")
         if self.action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {sorted(ACTION_MODES)}, got {self.action_mode!r}")
 
@@ -110,6 +117,10 @@ class VisuomotorConfig:
     def action_dim(self) -> int:
         """Numbers the network predicts per action before the gripper (7 joint velocities or 6 tool offsets)."""
         return ACTION_MODES[self.action_mode]
+
+    def gripper_command(self, probability):
+        """DROID gripper commands from the gripper head's probabilities (numpy or torch), as ``gripper`` says."""
+        return (probability > 0.5) * 1.0 if self.gripper == "binary" else probability
 
     @property
     def keypoints(self) -> int:

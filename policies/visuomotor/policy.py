@@ -195,7 +195,7 @@ class VisuomotorPolicy:
             arm, grip, _, _ = self.model(x, torch.from_numpy(state).to(self.device),
                                       torch.from_numpy(tool).to(self.device),
                                       torch.tensor(tokens, dtype=torch.long, device=self.device))
-            grip = torch.sigmoid(grip)
+            grip = self.config.gripper_command(torch.sigmoid(grip)).float()
             if self.config.action_mode == "joint_velocity":
                 return torch.cat([arm, grip[..., None]], dim=-1).cpu().numpy().astype(np.float32)  # (N, H, 8)
         from .cartesian import joint_velocity_chunk

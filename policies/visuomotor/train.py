@@ -91,6 +91,9 @@ class TrainPolicyConfig:
     wrist_pixels: bool = False
     """Also supervise the wrist view's colour-match maps, with where each cube projects through the wrist camera at
     that frame's joint state (while the cube is in view and untouched)."""
+    gripper: str = dataclasses.field(default="probability", metadata={"choices": ("probability", "binary")})
+    """How the checkpoint turns its gripper head into a command (recorded in its config): the probability as a
+    position, or binary, the more likely of the demonstrations' open / closed."""
     state_noise: float = 0.02
     """Std of the Gaussian jitter added to the joint positions the policy reads [rad] (the action labels stay), so a
     policy does not need its arm exactly on a demonstration to act; at 0.02 rad it moves the tool point the policy
@@ -393,7 +396,7 @@ def train(cfg: TrainPolicyConfig) -> dict:
     std = demos.state.std(0).clamp(min=1e-2)
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "ship", "device", "out")}
     mcfg = VisuomotorConfig(views=cfg.view_list, chunk_size=cfg.chunk_size, scene=cfg.scene,
-                            action_mode=cfg.action_mode,
+                            action_mode=cfg.action_mode, gripper=cfg.gripper,
                             state_mean=mean.tolist(), state_std=std.tolist(),
                             training={"options": options, "episodes": demos.episodes, "samples": len(demos)})
     torch.manual_seed(cfg.seed)

@@ -86,10 +86,12 @@ def test_the_ik_layer_moves_simdroids_tool_where_it_was_asked():
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="offsets"):
         C.joint_velocity_chunk(np.zeros((2, 7)), np.zeros((2, 4, 7)), np.zeros((2, 4)))
-    with pytest.raises(ValueError, match="action_mode"):
-        from policies.visuomotor.model import VisuomotorConfig
+    from policies.visuomotor.model import VisuomotorConfig
 
+    with pytest.raises(ValueError, match="action_mode"):
         VisuomotorConfig(action_mode="cartesian_velocity")
+    with pytest.raises(ValueError, match="gripper"):
+        VisuomotorConfig(gripper="threshold")
 
 
 def test_a_trained_tool_delta_checkpoint_loads_and_drives_simdroid(tmp_path, one_torch_thread):
@@ -105,11 +107,13 @@ def test_a_trained_tool_delta_checkpoint_loads_and_drives_simdroid(tmp_path, one
                                 progress=False, action_mode="tool_delta")
     assert demos.chunks.shape[1:] == (12, 7)  # 6 tool offsets + the gripper command per action
     summary = train(TrainPolicyConfig(data=str(data), scene="legible", out=str(tmp_path / "run"), steps=3,
-                                      snapshots="last=3", batch_size=4, action_mode="tool_delta", progress=False))
+                                      snapshots="last=3", batch_size=4, action_mode="tool_delta", gripper="binary",
+                                      progress=False))
     policy = VisuomotorPolicy.from_pretrained(summary["snapshots"]["last"], num_threads=1)
     assert policy.config.action_mode == "tool_delta" and policy.model.action_head.out_features == 12 * 7
     result = run_episode(gym.make("SimDROID-v1", max_episode_steps=16), policy, seed=11)
     assert result.steps == 16 and np.all(np.abs(result.actions[:, :7]) <= 1)
+    assert set(np.unique(result.actions[:, 7])) <= {0.0, 1.0}  # a binary gripper: open or closed, nothing between
 
 
 def test_jittered_states_keep_their_targets_in_the_world():
