@@ -33,8 +33,6 @@ from .object_probe import EXTERIOR_VIEWS, colour_rgb, locate
 WINDOW_PX = 3
 #: Largest RGB distance (uint8 units) from the reference colour of a pixel counted as the cube's.
 BLOB_TOLERANCE = 60.0
-#: The tool point in the flange frame [m] (SimDROID's ``tcp`` site).
-TCP_IN_FLANGE = np.array([0.0, 0.0, 0.13])
 
 
 @dataclass
@@ -99,9 +97,7 @@ def tool_points(joint_position: np.ndarray) -> np.ndarray:
     """(T, 3) tool points of joint states (T, 7) by forward kinematics."""
     from neuralsim import kinematics as K
 
-    pose = K.forward_kinematics(np.asarray(joint_position, np.float64))
-    R = K.euler_xyz_to_matrix(pose[:, 3:])  # (T, 3, 3)
-    return pose[:, :3] + R @ TCP_IN_FLANGE
+    return K.tool_pose(joint_position)[0]
 
 
 def track_video(probe, frames: np.ndarray, cubes: Sequence[str], joint_position: np.ndarray,

@@ -38,14 +38,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from neuralsim.kinematics import TCP_OFFSET  # SimDROID's tool point along the flange's z axis [m]
+
 from .errors import CheckpointError
 from .tokens import COLOURS, FAMILIES
 
 #: The three DROID camera names a config may choose from.
 VIEW_NAMES = ("exterior_image_1_left", "exterior_image_2_left", "wrist_image_left")
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-#: SimDROID's tool point (``tcp`` site, between the finger pads) along the flange's z axis [m].
-TCP_OFFSET = 0.13
 #: What the arm part of an action is -> numbers per action: DROID's joint velocities, or the Cartesian head's
 #: tool-point offset and rotation vector (policies.visuomotor.cartesian).
 ACTION_MODES = {"joint_velocity": 7, "tool_delta": 6}
