@@ -91,8 +91,16 @@ def test_the_legible_recipe_trains_the_same_stages_on_legible_data(tmp_path):
     from neuralsim.world_model.recipe import make_data
 
     recipe = load_recipe(LEGIBLE)
-    # the default's stages, Step Forcing split into session-sized parts that continue one another
-    assert [name for name in recipe["stages"] if not name.endswith("_2")] == list(load_recipe(DEFAULT)["stages"])
+    # the default's stages, Step Forcing and the decoder split into session-sized parts that continue one another:
+    # each `X_2` follows X and trains what X trains
+    names = list(recipe["stages"])
+    assert [name for name in names if not name.endswith("_2")] == list(load_recipe(DEFAULT)["stages"])
+    for i, name in enumerate(names):
+        if name.endswith("_2"):
+            first, part = recipe["stages"][names[i - 1]], recipe["stages"][name]
+            assert names[i - 1] == name[:-2]
+            assert {k: part[k] for k in ("stage", "data")} == {k: first[k] for k in ("stage", "data")}
+            assert part.get("objective") == first.get("objective")
     sets = recipe["data"]["sets"]
     assert {spec["scene"] for spec in sets.values()} == {"legible"}
     recipe["data"] = {"root": str(tmp_path), "workers": 1,
