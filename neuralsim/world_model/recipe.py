@@ -108,7 +108,10 @@ def run_recipe(path: str | Path, options: dict[str, Any]) -> Path:
     ready = out / "init" / "ready"  # rank 0 writes this run's id there once the data and the first model exist
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if rank == 0:
-        make_data(recipe, options.get("progress", True))
+        if all((Path(cfg.out) / DONE_FILE).is_file() for _, cfg in configs):
+            log.info("every stage of %s is finished: no data needed, the last stage's model is shipped again", out)
+        else:
+            make_data(recipe, options.get("progress", True))
         make_initial_model(recipe, out / "init", configs[0][1].seed)
         ready.write_text(run_id)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,10 +61,15 @@ def test_the_shipped_recipe_runs_every_stage_then_resumes_by_skipping_them(tmp_p
     moved = {k for k in head if not torch.equal(head[k], trained[k])}
     assert moved and all(k.startswith("autoencoder.ref_head.") for k in moved)  # head_only trains the head alone
 
+    shipped = (out / "final" / "model.safetensors").read_bytes()
+    shutil.rmtree(tmp_path / "data")  # a finished run carried to another machine has no data there
+    shutil.rmtree(out / "final")
     caplog.clear()
     with caplog.at_level("INFO"):
         assert main(args) == 0  # everything finished: every stage skipped, the same model shipped
     assert sum("skipped" in r.getMessage() for r in caplog.records) == len(stages)
+    assert not (tmp_path / "data").exists(), "a finished run made its data again"
+    assert (out / "final" / "model.safetensors").read_bytes() == shipped
     spec = yaml.safe_load(recipe.read_text())
     spec["stages"]["decoder_final"]["lr"] = 1.0
     recipe.write_text(yaml.safe_dump(spec, sort_keys=False))
