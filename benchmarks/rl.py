@@ -44,7 +44,7 @@ import numpy as np
 
 from .policy_success import SEED0 as HELDOUT_SEED0
 from .results_path import results_path
-from .rl_grpo import ChunkPolicy, GRPOConfig, collect, group_advantages, update
+from .rl_grpo import ChunkPolicy, GRPOConfig, collect, flat_groups, group_advantages, update
 
 log = logging.getLogger(__name__)
 TRAIN_SEED0 = 8_000_000
@@ -232,6 +232,13 @@ def evaluate(cfg: RLConfig, policy: ChunkPolicy, policy_dir: str, eval_env, spec
     return result
 
 
+def flat_group_share(train: list[dict[str, Any]]) -> float | None:
+    """The share of the run's groups whose rollouts all scored alike (no learning signal); None when no iteration
+    recorded it."""
+    shares = [t["flat_groups"] for t in train if "flat_groups" in t]
+    return None if not shares else float(np.mean(shares))
+
+
 def diverged(points: list[dict[str, Any]], margin: float) -> bool:
     """Has the world-model reward risen by ``margin`` over its value at the best guard point while SimDROID success
     fell ``margin`` below the best?  ``points``: the guard evaluations so far, in order."""
@@ -377,6 +384,7 @@ def run(cfg: RLConfig) -> dict[str, Any]:
             state["wall_s"] = wall0 + time.perf_counter() - t_run
             state["train"].append({"iteration": it + 1, "env_steps": state["env_steps"],
                                    "reward": float(rewards.mean()), "success": float((rollouts.levels == 5).mean()),
+                                   "flat_groups": float(flat_groups(rewards).mean()),
                                    **{k: round(float(v), 6) for k, v in stats.items()}})
             if state["iteration"] % cfg.eval_every == 0 or state["iteration"] == cfg.iterations:
                 policy.model.save_pretrained(out / "eval")
@@ -394,6 +402,12 @@ def run(cfg: RLConfig) -> dict[str, Any]:
                     log.warning("iteration %d: the world-model reward rose while SimDROID success fell "
                                 "(guard %s); the kept checkpoint stays iteration %d", state["iteration"],
                                 point["simdroid_success"], state["best"]["iteration"])
+                since = [t for t in state["train"] if t["iteration"] > state["guard"][-2]["iteration"]]
+                if since and all(t.get("flat_groups") == 1.0 for t in since):
+                    log.warning("iterations %d-%d: every group's rollouts scored alike, so no advantage and no "
+                                "update: the world model and judge give each initial state one outcome whatever "
+                                "the sampled actions (a larger --action-std, or a world model whose outcome "
+                                "follows the actions)", since[0]["iteration"], since[-1]["iteration"])
                 log.info("iteration %d: SimDROID success %.2f (level %.2f), world-model reward %s, judged "
                          "success %s", state["iteration"], point["simdroid_success"], point["simdroid_level"],
                          point["wm_reward"], point["wm_success"])
@@ -446,6 +460,7 @@ def make_report(cfg: RLConfig, state: dict[str, Any], stopped: str) -> dict[str,
         "wm_reward_before": before["wm_reward"], "wm_reward_after": None if after is None else after["wm_reward"],
         "wm_success_before": before["wm_success"], "wm_success_after": None if after is None else after["wm_success"],
         "kept_iteration": state["best"]["iteration"], "diverged": state["diverged"], "stopped": stopped,
+        "flat_group_share": flat_group_share(state["train"]),
         "curves": [{k: p[k] for k in ("iteration", "env_steps", "simdroid_success", "simdroid_level", "wm_reward",
                                       "wm_success")} for p in state["guard"]],
         "train_curve": state["train"],

@@ -129,11 +129,21 @@ class ChunkPolicy:
         return ((mu - mu_ref) / self.std).pow(2).sum(-1) / 2
 
 
-def group_advantages(rewards: np.ndarray) -> np.ndarray:
-    """(groups, group_size) rewards -> advantages: minus the group mean, over the group std (0 for a flat group)."""
+def _group_rewards(rewards: np.ndarray) -> np.ndarray:
     r = np.asarray(rewards, np.float64)
     if r.ndim != 2:
         raise ValueError(f"rewards must be (groups, group_size), got shape {r.shape}")
+    return r
+
+
+def flat_groups(rewards: np.ndarray) -> np.ndarray:
+    """(groups,) True where every rollout of a group scored alike: such a group gives no advantage, so no signal."""
+    return _group_rewards(rewards).std(axis=1) <= 1e-8
+
+
+def group_advantages(rewards: np.ndarray) -> np.ndarray:
+    """(groups, group_size) rewards -> advantages: minus the group mean, over the group std (0 for a flat group)."""
+    r = _group_rewards(rewards)
     std = r.std(axis=1, keepdims=True)
     return np.where(std > 1e-8, (r - r.mean(axis=1, keepdims=True)) / np.maximum(std, 1e-8), 0.0)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from benchmarks import rl as RL
-from benchmarks.rl_grpo import ChunkPolicy, GRPOConfig, group_advantages
+from benchmarks.rl_grpo import ChunkPolicy, GRPOConfig, flat_groups, group_advantages
 
 
 def small_checkpoint(directory, action_mode: str = "joint_velocity"):
@@ -48,6 +48,16 @@ def test_group_advantages_are_relative_to_the_group():
     np.testing.assert_allclose(adv, [[-1, 1], [0, 0], [-1, 1]])  # a flat group teaches nothing
     with pytest.raises(ValueError, match="groups, group_size"):
         group_advantages(np.zeros(4))
+
+
+def test_flat_groups_are_the_ones_that_give_no_advantage():
+    rewards = np.array([[0.8, 0.8, 0.8], [0.8, 1.0, 0.8], [1.0, 1.0, 1.0]])
+    assert flat_groups(rewards).tolist() == [True, False, True]
+    assert np.all(group_advantages(rewards)[flat_groups(rewards)] == 0)
+    assert RL.flat_group_share([{"flat_groups": 1.0}, {"flat_groups": 0.5}]) == 0.75
+    assert RL.flat_group_share([]) is None
+    with pytest.raises(ValueError, match="groups, group_size"):
+        flat_groups(np.zeros(3))
 
 
 def test_log_prob_and_kl_are_the_gaussians():
@@ -138,6 +148,8 @@ def test_a_tiny_run_writes_the_report_and_resumes_to_the_same_policy(tiny_checkp
     assert sorted(p.name.split("_")[0] for p in (run / "videos").iterdir()) == ["after", "before"]
     train = report["train_curve"]
     assert all(math.isfinite(t["loss"]) and t["updates"] > 0 for t in train)
+    assert all(t["flat_groups"] in (0.0, 1.0) for t in train)  # one group per iteration: flat or not
+    assert report["flat_group_share"] == np.mean([t["flat_groups"] for t in train])
 
     # the same run in two invocations (stopped after one iteration, then resumed) ends with the same weights
     first = RL.run(tiny(tmp_path / "b", tiny_checkpoint, start_policy, max_minutes=0.0))
