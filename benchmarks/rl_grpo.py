@@ -129,6 +129,10 @@ class ChunkPolicy:
         return ((mu - mu_ref) / self.std).pow(2).sum(-1) / 2
 
 
+#: A group whose rewards spread less than this is flat: its rollouts scored alike.
+FLAT_STD = 1e-8
+
+
 def _group_rewards(rewards: np.ndarray) -> np.ndarray:
     r = np.asarray(rewards, np.float64)
     if r.ndim != 2:
@@ -138,14 +142,14 @@ def _group_rewards(rewards: np.ndarray) -> np.ndarray:
 
 def flat_groups(rewards: np.ndarray) -> np.ndarray:
     """(groups,) True where every rollout of a group scored alike: such a group gives no advantage, so no signal."""
-    return _group_rewards(rewards).std(axis=1) <= 1e-8
+    return _group_rewards(rewards).std(axis=1) <= FLAT_STD
 
 
 def group_advantages(rewards: np.ndarray) -> np.ndarray:
     """(groups, group_size) rewards -> advantages: minus the group mean, over the group std (0 for a flat group)."""
     r = _group_rewards(rewards)
     std = r.std(axis=1, keepdims=True)
-    return np.where(std > 1e-8, (r - r.mean(axis=1, keepdims=True)) / np.maximum(std, 1e-8), 0.0)
+    return np.where(flat_groups(r)[:, None], 0.0, (r - r.mean(axis=1, keepdims=True)) / np.maximum(std, FLAT_STD))
 
 
 @dataclass
