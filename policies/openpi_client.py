@@ -70,7 +70,13 @@ class PolicyTimeoutError(PolicyConnectionError, TimeoutError):
 
 
 class PolicyServerError(RuntimeError):
-    """The policy server reported an error (its traceback is in the message) or sent a malformed reply."""
+    """The policy server reported an error or sent a malformed reply.
+
+    The message is one line; for an error the server reported, it ends with the exception the server's traceback
+    names, and the whole traceback is in ``server_traceback`` (None otherwise).
+    """
+
+    server_traceback: str | None = None
 
 
 # ----------------------------------------------------------------------------- msgpack-numpy
@@ -110,21 +116,39 @@ def unpackb(data: bytes) -> Any:
 
 
 # ----------------------------------------------------------------------------- images
-def letterbox(image: np.ndarray, height: int, width: int) -> np.ndarray:
+def image_as_uint8(image: Any, name: str = "image") -> np.ndarray:
+    """``image`` (H, W, 3) as uint8: uint8 as it is, a float image in [0, 1] scaled by 255 and rounded.
+
+    Raises:
+        ValueError: naming ``name``: another shape or dtype, or a float image with values outside [0, 1] (the range
+            found is quoted; a float image in 0-255 is refused rather than clipped to white).
+    """
+    img = np.asarray(image)
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f"{name} must be an (H, W, 3) image, got shape {img.shape}")
+    if img.dtype == np.uint8:
+        return img
+    if not np.issubdtype(img.dtype, np.floating):
+        raise ValueError(f"{name} must be uint8 (or float in [0, 1]), got dtype {img.dtype}")
+    if img.size and not np.all(np.isfinite(img)):
+        raise ValueError(f"{name} is a float image with non-finite values; float images must be in [0, 1]")
+    lo, hi = (float(img.min()), float(img.max())) if img.size else (0.0, 0.0)
+    if lo < 0.0 or hi > 1.0:
+        raise ValueError(f"{name} is a float image with values in [{lo:g}, {hi:g}]; float images must be in [0, 1] "
+                         "(scale 0-255 floats with img.round().astype(np.uint8))")
+    return (255.0 * img).round().astype(np.uint8)
+
+
+def letterbox(image: np.ndarray, height: int, width: int, name: str = "image") -> np.ndarray:
     """Resize ``image`` (H, W, 3) to fit ``height`` x ``width`` keeping its aspect, centred on black.
 
-    Bilinear resampling (Pillow); float images in [0, 1] are converted to uint8 first.  This is the
-    "resize with pad" openpi's DROID clients apply before sending.
+    Bilinear resampling (Pillow); uint8 images, or float images in [0, 1] converted to uint8 first
+    (:func:`image_as_uint8`, whose errors name the image ``name``).  This is the "resize with pad"
+    openpi's DROID clients apply before sending.
     """
     from PIL import Image
 
-    img = np.asarray(image)
-    if img.ndim != 3 or img.shape[2] != 3:
-        raise ValueError(f"image must be (H, W, 3), got shape {img.shape}")
-    if np.issubdtype(img.dtype, np.floating):
-        img = (255.0 * np.clip(img, 0.0, 1.0)).round().astype(np.uint8)
-    elif img.dtype != np.uint8:
-        raise ValueError(f"image must be uint8 (or float in [0, 1]), got {img.dtype}")
+    img = image_as_uint8(image, name)
     h, w = img.shape[:2]
     if (h, w) == (height, width):
         return img
@@ -226,7 +250,11 @@ class WebsocketConnection:
         raw = self.recv_raw(timeout, what)
         if isinstance(raw, str):
             self.close()
-            raise PolicyServerError(f"policy server at {self.uri} reported an error instead of {what}:\n{raw}")
+            lines = [line.strip() for line in raw.splitlines() if line.strip()]
+            err = PolicyServerError(f"policy server at {self.uri} reported an error instead of {what}: "
+                                    f"{lines[-1] if lines else '(an empty message)'}")
+            err.server_traceback = raw
+            raise err
         try:
             return unpackb(raw)
         except Exception as e:
@@ -251,7 +279,8 @@ def observation_image(observation: dict, key: str, resolution: tuple[int, int] |
     if key not in observation:
         raise KeyError(f"observation has no {key!r} (keys {sorted(observation)}); the policy server needs it")
     img = np.asarray(observation[key])
-    return letterbox(img, *resolution) if resolution is not None else letterbox(img, *img.shape[:2])
+    size = resolution if resolution is not None else img.shape[:2]
+    return letterbox(img, *size, name=f"observation[{key!r}]")
 
 
 def observation_state(observation: dict, key: str, size: int) -> np.ndarray:

@@ -10,9 +10,10 @@
 The policy reads only what a real DROID policy gets: the camera views named in its config, ``joint_position``,
 ``gripper_position`` and the instruction (tokenised by :mod:`policies.visuomotor.tokens`).  Images of another
 size are letterboxed to the checkpoint's (openpi's resize with pad); images that are not (H, W, 3) uint8 (or float
-in [0, 1]) are refused by name, as are missing keys and states of the wrong size.  ``infer`` returns a chunk of
-``chunk_size`` DROID actions; :func:`~policies.base.run_episode` executes the first 8 (openpi's DROID setting).  A
-Cartesian checkpoint (``config.action_mode == "tool_delta"``) predicts tool poses, and its fixed IK layer
+in [0, 1]; a float image in 0-255 is refused quoting its range, never clipped to white) are refused by name, as are
+missing keys and states of the wrong size.  ``infer`` returns a chunk of ``chunk_size`` DROID actions;
+:func:`~policies.base.run_episode` executes the first 8 (openpi's DROID setting).  A Cartesian checkpoint
+(``config.action_mode == "tool_delta"``) predicts tool poses, and its fixed IK layer
 (:func:`policies.visuomotor.cartesian.joint_velocity_chunk`) turns them into those joint-velocity actions from the
 observed joint state.
 :meth:`VisuomotorPolicy.infer_batch` answers N observations (a vector env's batch) in one forward pass.
@@ -89,7 +90,10 @@ def _image(observation: dict, key: str, size: int) -> np.ndarray:
     if img.ndim != 3 or img.shape[2] != 3 or not (img.dtype == np.uint8 or np.issubdtype(img.dtype, np.floating)):
         raise PolicyInputError(f"observation[{key!r}] must be an (H, W, 3) uint8 image (or float in [0, 1]), got "
                                f"shape {img.shape} dtype {img.dtype}")
-    return letterbox(img, size, size)
+    try:
+        return letterbox(img, size, size, name=f"observation[{key!r}]")
+    except ValueError as e:  # a float image outside [0, 1]: refused by name, never clipped
+        raise PolicyInputError(str(e)) from None
 
 
 def _state(observation: dict, key: str, size: int) -> np.ndarray:

@@ -79,16 +79,16 @@ def test_more_episodes_than_the_set_holds_is_an_error_not_a_silent_cap(tiny_chec
 
 def test_the_command_line_reports_bad_input_without_a_traceback(tiny_checkpoint, tmp_path, capsys, monkeypatch):
     common = ["--checkpoint", str(tiny_checkpoint), "--reward-fn", "none", "--out", str(tmp_path), "--no-progress"]
-    assert E.main(["--names", "no_such_episode", *common]) == 1
-    assert "policies.evaluate: error: unknown episode 'no_such_episode'" in capsys.readouterr().out
-    assert E.main(["--policy", "expert", *common]) == 1
-    assert "use 'expert-plan'" in capsys.readouterr().out
+    assert E.main(["--names", "no_such_episode", *common]) == 2  # usage mistakes exit 2
+    assert "policies.evaluate: error: unknown episode 'no_such_episode'" in capsys.readouterr().err
+    assert E.main(["--policy", "expert", *common]) == 2
+    assert "use 'expert-plan'" in capsys.readouterr().err
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):  # a hosted judge without its key: one line naming the variable
         monkeypatch.delenv(var, raising=False)
     hosted = [*common[:2], "--reward-fn", "roboworld:openai/gpt-4o", *common[4:]]
     assert E.main(hosted) == 1
-    out = capsys.readouterr().out
-    assert out.startswith("policies.evaluate: error: ") and "set the OPENAI_API_KEY environment variable" in out
+    err = capsys.readouterr().err
+    assert err.startswith("policies.evaluate: error: ") and "set the OPENAI_API_KEY environment variable" in err
 
 
 def test_summary_agreement():

@@ -202,6 +202,29 @@ def test_bad_inputs_are_refused_by_name(policy):
         policy.reset("open the drawer")
 
 
+def test_float_images_in_0_255_are_refused_by_name_not_whitened():
+    """Issue 85 item 6: float32 images in 0-255 were clipped to white and answered with a chunk."""
+    from policies.openpi_client import OpenPIClient
+    from policies.server import PolicyServer
+
+    policy = make_policy("visuomotor-s4000", num_threads=1)
+    obs, text = sim_observation()
+    policy.reset(text)
+    key = policy.config.views[0]
+    with pytest.raises(PolicyInputError, match=rf"observation\['{key}'\] is a float image with values in "
+                                                r"\[\d+(\.\d+)?, \d+(\.\d+)?\]; float images must be in \[0, 1\]"):
+        policy.infer({**obs, key: obs[key].astype(np.float32)})
+    with pytest.raises(PolicyInputError, match="non-finite"):
+        policy.infer({**obs, key: np.full(obs[key].shape, np.nan, np.float32)})
+    floats = {**obs, **{k: obs[k].astype(np.float32) / 255 for k in policy.config.views}}
+    np.testing.assert_allclose(policy.infer(floats), policy.infer(obs), atol=1e-6)  # [0, 1] floats: the same chunk
+    with PolicyServer(policy, port=0) as server, OpenPIClient("127.0.0.1", server.port) as client:
+        client.reset(text)
+        with pytest.raises(ValueError, match=r"observation\['wrist_image_left'\] is a float image with values in"):
+            client.infer({**obs, "wrist_image_left": obs["wrist_image_left"].astype(np.float32)})
+        assert server.num_requests == 0  # refused before sending
+
+
 def test_other_image_sizes_are_letterboxed_like_openpi(policy):
     from policies.openpi_client import letterbox
 
