@@ -24,8 +24,10 @@ policy (random, zero, ``openpi:HOST:PORT``, ``roboarena:HOST:PORT``, a registere
 both worlds, one fresh instance per episode.
 
 Nothing is lost: each finished episode is one line of ``OUT/episodes.jsonl``; a rerun with the same ``--out``
-skips the episodes already there (``--retry-failed`` reruns the failed ones).  A policy that raises (a server that
-went away) fails only its episodes, with the error recorded; a judge that fails leaves the rollout, unjudged.
+skips the episodes already there (``--retry-failed`` reruns the failed ones), and Ctrl-C says how many are saved.
+A policy that raises (a server that went away) fails only its episodes, with the error recorded and no score; a
+judge that fails leaves the rollout, unjudged, with the judge's error.  ``--report-only`` rebuilds the report of the
+run recorded in ``OUT`` (its ``run.json``).  A mistake is one line on stderr and exit 2 (Ctrl-C: 130).
 ``OUT`` then holds ``roboarena.json`` (leaderboard, correlations with bootstrap intervals, MMRV, bias, the
 decomposition), ``index.html`` (the report: tables, plots, videos), ``scatter.png``, ``bars.png`` and
 ``videos/*.mp4`` (NeuralDROID | SimDROID, side by side).  Without ``--out`` a full run writes into
@@ -40,6 +42,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -57,6 +60,14 @@ QUICK_POLICIES = ("expert", "expert+missed_grasp", "zero")
 QUICK_EPISODES = 2
 #: Config fields a resumed run must share with the rows already in ``episodes.jsonl``.
 RESULT_KEYS = ("seed0", "judge", "binary_judge", "checkpoint", "steps", "replan_every", "chunk")
+#: Config fields ``run.json`` also records, of the latest run, for ``--report-only`` (a rerun may change them).
+REPORT_KEYS = ("policies", "episodes", "bootstrap", "videos")
+#: The score fields of a row: all None when the row failed (its policy raised), since no rollout is the policy's.
+SCORE_KEYS = ("true_level", "true_success", "sim_judged", "sim_binary", "judged", "binary")
+
+
+class ArenaError(ValueError):
+    """An option or output directory the benchmark cannot use; the message says what to do instead."""
 
 
 @dataclass
@@ -89,7 +100,8 @@ class RoboArenaConfig:
     retry_failed: bool = False
     """Rerun the episodes recorded as failed (a policy error) instead of keeping them."""
     report_only: bool = False
-    """Run nothing: rebuild the summary and report from the episodes already in ``OUT/episodes.jsonl``."""
+    """Run nothing: rebuild the summary and report from the episodes already in ``OUT/episodes.jsonl``, with the
+    options recorded in ``OUT/run.json`` (those given beside it win); a directory with no run is refused."""
     ray: bool = False
     """Spread the (policy, episode chunk) units over Ray workers (needs ``pip install 'neuralsim[ray]'``)."""
     ray_workers: int = 2
@@ -104,31 +116,25 @@ class RoboArenaConfig:
     """Show progress bars."""
 
     def __post_init__(self) -> None:
-        if self.episodes < 1:
-            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        for name in ("episodes", "steps", "replan_every", "threads", "ray_workers", "bootstrap"):
+            if getattr(self, name) < 1:
+                raise ArenaError(f"{name} must be >= 1 (--{name.replace('_', '-')}), got {getattr(self, name)}")
         if self.chunk is not None and self.chunk < 1:
-            raise ValueError(f"chunk must be >= 1 or None (all episodes of a policy), got {self.chunk}")
-        if self.replan_every < 1 or self.threads < 1 or self.ray_workers < 1 or self.bootstrap < 1:
-            raise ValueError("replan_every, threads, ray_workers and bootstrap must be >= 1, got "
-                             f"{self.replan_every}, {self.threads}, {self.ray_workers}, {self.bootstrap}")
+            raise ArenaError(f"chunk must be >= 1 (--chunk), or unset for all episodes of a policy, got {self.chunk}")
         if self.videos < 0:
-            raise ValueError(f"videos must be >= 0, got {self.videos}")
+            raise ArenaError(f"videos must be >= 0 (--videos), got {self.videos}")
         if not self.policies:
-            raise ValueError("no policies given")
+            raise ArenaError("no policies given")
         if len(set(self.policies)) != len(self.policies):
-            raise ValueError(f"policies repeat a name: {self.policies}")
+            raise ArenaError(f"policies repeat a name: {self.policies}; give each --policy once")
         for spec, allowed in ((self.judge, ("roboworld", "binary")), (self.binary_judge, ("binary",))):
             if spec is not None and spec.partition(":")[0] not in allowed:
-                raise ValueError(f"judge {spec!r}: the ranking needs a rubric level or a success; use a "
+                raise ArenaError(f"judge {spec!r}: the ranking needs a rubric level or a success; use a "
                                  f"{' or '.join(repr(a + ':') for a in allowed)} judge")
 
     @property
     def out_dir(self) -> Path:
-        if self.out:
-            return Path(self.out)
-        return Path("outputs/roboarena_quick") if self.quick else RESULTS_DIR / "roboarena"
+        return default_out(self.out, self.quick)
 
     @property
     def judge_top(self) -> float:
@@ -136,12 +142,19 @@ class RoboArenaConfig:
         return 5.0 if self.judge.startswith("roboworld") else 1.0
 
 
+def default_out(out: str | None, quick: bool) -> Path:
+    """The output directory: ``out``, else benchmarks/results/roboarena (outputs/roboarena_quick with --quick)."""
+    if out:
+        return Path(out)
+    return Path("outputs/roboarena_quick") if quick else RESULTS_DIR / "roboarena"
+
+
 # ----------------------------------------------------------------------------- one work unit
 def _score(judgement: Any) -> tuple[float | None, str | None]:
     """(score or None, error or None) of a judge's result."""
     score = getattr(judgement, "score", judgement)
     if score is None or (isinstance(score, float) and math.isnan(score)):
-        return None, getattr(judgement, "error", None) or "no score"
+        return None, str(getattr(judgement, "error", None) or "the judge gave no score")
     return float(score), None
 
 
@@ -222,11 +235,11 @@ def run_unit(cfg: RoboArenaConfig, policy_name: str, indices: Sequence[int],
             log.warning("%s episode %d failed in SimDROID: %s", choice.name, i, row["error"])
         finally:
             _close(policy)
-        if res is not None and res.info:
-            row["true_level"] = int(res.info["rubric_level"])
-            row["true_success"] = bool(res.info["success"])
-        row["sim_judged"], row["sim_judge_error"] = _judge(judge, res.episode if res else None)
-        row["sim_binary"], _ = _judge(binary, res.episode if res else None)
+        finished = res if row["error"] is None else None  # a failed policy's partial rollout scores nothing
+        row["true_level"] = int(finished.info["rubric_level"]) if finished is not None else None
+        row["true_success"] = bool(finished.info["success"]) if finished is not None else None
+        row["sim_judged"], row["sim_judge_error"] = _judge(judge, finished.episode if finished else None)
+        row["sim_binary"], row["sim_binary_error"] = _judge(binary, finished.episode if finished else None)
         plans.append(res.actions if (choice.privileged and row["error"] is None) else None)
         sim_episodes.append(res.episode if res is not None and int(i) < cfg.videos else None)
         rows.append(row)
@@ -234,6 +247,9 @@ def run_unit(cfg: RoboArenaConfig, policy_name: str, indices: Sequence[int],
     controllers: list[Any] = []
     for row, plan in zip(rows, plans):
         controller = None
+        if row["error"]:  # failed in SimDROID: the row holds still in the batch and is not scored
+            controllers.append(None)
+            continue
         try:
             if choice.privileged:
                 if plan is None:
@@ -272,15 +288,18 @@ def run_unit(cfg: RoboArenaConfig, policy_name: str, indices: Sequence[int],
     ended = np.asarray(terminated) | np.asarray(truncated)
     if not ended.all():
         raise RuntimeError(f"NeuralDROID episodes did not end after {cfg.steps} steps (ended: {ended.tolist()})")
+    errors = infos.get("judgement_error")  # the env's account of each judge failure (None where it judged)
     for k, (row, c) in enumerate(zip(rows, controllers)):
         _close(c.policy if c is not None else None)
         episode = wm.unwrapped.episode(k)
-        score = float(reward[k])
-        row["judged"] = None if math.isnan(score) else score
-        errors = infos.get("judgement_error")
-        row["judge_error"] = None if row["judged"] is not None else (
-            str(errors[k]) if errors is not None and errors[k] else "no score")
-        row["binary"], row["binary_error"] = _judge(binary, episode)
+        if row["error"]:  # the env judged the row's still arm; that score is not the policy's
+            row["judged"] = row["judge_error"] = row["binary"] = row["binary_error"] = None
+        else:
+            score = float(reward[k])
+            row["judged"] = None if math.isnan(score) else score
+            row["judge_error"] = None if row["judged"] is not None else (
+                str(errors[k]) if errors is not None and errors[k] else "the judge gave no score")
+            row["binary"], row["binary_error"] = _judge(binary, episode)
         row["seconds"] = round((time.perf_counter() - t0) / n, 2)
         if video_dir is not None and int(indices[k]) < cfg.videos and sim_episodes[k] is not None:
             from neuralsim.episode import write_video
@@ -331,18 +350,62 @@ def _append_rows(path: Path, rows: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
-def _check_resume(cfg: RoboArenaConfig, out: Path) -> None:
-    """Write ``run.json`` (the options that decide the rows) or refuse a rerun whose options differ."""
+def _check_resume(cfg: RoboArenaConfig, out: Path, write: bool = True) -> None:
+    """Refuse a rerun whose options differ from ``run.json``'s (the options that decide the rows); else, with
+    ``write``, record them there, with this run's :data:`REPORT_KEYS`."""
     path = out / "run.json"
     mine = {k: getattr(cfg, k) for k in RESULT_KEYS}
     if path.is_file():
         before = json.loads(path.read_text())
         changed = {k: (before.get(k), v) for k, v in mine.items() if before.get(k) != v}
         if changed:
-            said = ", ".join(f"{k}: {a!r} then, {b!r} now" for k, (a, b) in changed.items())
-            raise ValueError(f"{out} holds episodes run with other options ({said}); use a new --out or the same "
-                             "options")
-    path.write_text(json.dumps(mine, indent=1) + "\n")
+            said = ", ".join(f"--{k.replace('_', '-')} {a!r} then, {b!r} now" for k, (a, b) in changed.items())
+            raise ArenaError(f"{out} holds episodes run with other options ({said}); rerun with the same options, "
+                             "or give a new --out")
+    if write:
+        path.write_text(json.dumps({**mine, **{k: getattr(cfg, k) for k in REPORT_KEYS}}, indent=1) + "\n")
+
+
+def recorded_config(out: str | Path) -> dict[str, Any]:
+    """The options of the run recorded in ``out``: :data:`RESULT_KEYS` and :data:`REPORT_KEYS` from ``run.json``
+    (a run recorded before ``run.json`` held the policies and episodes: those of ``roboarena.json``'s config when
+    every one of its policies has rows, else the policies found in ``episodes.jsonl``, in order).
+
+    Raises:
+        ArenaError: ``out`` holds no run (no ``run.json``) or no finished episode.
+    """
+    out = Path(out)
+    if not (out / "run.json").is_file():
+        raise ArenaError(f"{out} holds no RoboArena run (no run.json); give --out the directory of a run, or drop "
+                         "--report-only to run one")
+    rows = read_rows(out / "episodes.jsonl")
+    if not rows:
+        raise ArenaError(f"{out} holds no finished episode yet (episodes.jsonl is missing or empty); rerun the run's "
+                         "command without --report-only to run them")
+    recorded = {k: v for k, v in json.loads((out / "run.json").read_text()).items() if k in RESULT_KEYS + REPORT_KEYS}
+    if "policies" not in recorded or "episodes" not in recorded:
+        seen = list(dict.fromkeys(r["policy"] for r in rows))
+        summary = out / "roboarena.json"
+        config = json.loads(summary.read_text()).get("config", {}) if summary.is_file() else {}
+        if set(config.get("policies") or ()) <= set(seen) and config.get("episodes"):
+            recorded.update(policies=list(config["policies"]), episodes=int(config["episodes"]))
+        else:
+            recorded.update(policies=seen, episodes=1 + max(int(r["episode"]) for r in rows))
+        recorded.update({k: config[k] for k in ("bootstrap", "videos") if k in config and k not in recorded})
+    return recorded
+
+
+def _check_checkpoint(checkpoint: str | None) -> None:
+    """Refuse a world-model checkpoint that is not there before any work (an ArenaError naming it)."""
+    from neuralsim.envs.neural_droid_core import resolve_checkpoint
+
+    try:
+        path = resolve_checkpoint(checkpoint)
+    except ValueError as e:  # CheckpointError
+        raise ArenaError(str(e).splitlines()[0]) from e
+    if not (path / "config.json").is_file():
+        raise ArenaError(f"world model checkpoint {str(path)!r} has no config.json (a directory written by "
+                         "WorldModel.save_pretrained holds config.json + model.safetensors); check --checkpoint")
 
 
 def _ray_units(cfg: RoboArenaConfig, units, video_dir: str):
@@ -350,7 +413,9 @@ def _ray_units(cfg: RoboArenaConfig, units, video_dir: str):
     try:
         import ray
     except ImportError as e:
-        raise ImportError(f"--ray needs Ray ({e}); install it with: pip install 'neuralsim[ray]'") from e
+        from policies.base import MissingDependencyError
+
+        raise MissingDependencyError(f"--ray needs Ray ({e}); install it with: pip install 'neuralsim[ray]'") from e
     root = str(Path(__file__).resolve().parents[1])
     env_vars = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
                 "OMP_NUM_THREADS": str(cfg.threads)}
@@ -381,8 +446,12 @@ def run(cfg: RoboArenaConfig) -> dict:
     for name in cfg.policies:  # every name before any work
         resolve_policy(name)
     out = cfg.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    _check_resume(cfg, out)
+    if cfg.report_only:
+        recorded_config(out)  # refuses a directory that holds no run, and creates nothing
+    else:
+        _check_checkpoint(cfg.checkpoint)
+        out.mkdir(parents=True, exist_ok=True)
+    _check_resume(cfg, out, write=not cfg.report_only)
     jsonl = out / "episodes.jsonl"
     rows = read_rows(jsonl)
     if cfg.retry_failed:
@@ -399,11 +468,14 @@ def run(cfg: RoboArenaConfig) -> dict:
     video_dir = str(out / "videos")
     results = (_ray_units(cfg, units, video_dir) if cfg.ray and units
                else (run_unit(cfg, name, idx, video_dir) for name, idx in units))
-    for unit_rows in results:
-        _append_rows(jsonl, unit_rows)
-        rows += unit_rows
-        bar.update(len(unit_rows))
-    bar.close()
+    try:
+        for unit_rows in results:
+            _append_rows(jsonl, unit_rows)
+            rows += unit_rows
+            bar.update(len(unit_rows))
+    finally:  # also on Ctrl-C: the bar ends and Ray shuts down before anyone reports what was saved
+        bar.close()
+        results.close()
     summary = summarise(cfg, rows)
     summary["seconds_this_run"] = round(time.time() - t0, 1)
     from .roboarena_report import write_report
@@ -432,22 +504,24 @@ def _policy_row(cfg: RoboArenaConfig, name: str, rows: list[dict], seed: int) ->
     sim_judged = [r["sim_judged"] for r in ok if r.get("sim_judged") is not None]
     out: dict[str, Any] = {"policy": name, "episodes": len(rows), "failed": len(rows) - len(ok),
                            "unjudged": len(ok) - len(judged),
-                           "errors": sorted({r["error"] for r in rows if r.get("error")})[:3]}
+                           "errors": sorted({r["error"] for r in rows if r.get("error")})[:3],
+                           "judge_errors": sorted({r[k] for r in ok for k in JUDGE_ERROR_KEYS if r.get(k)})[:3]}
     entries = {
         "judged_mean": [float(v) for v in judged],
         "judged_success": [float(v >= top) for v in judged],
         "binary_success": [float(r["binary"]) for r in ok if r.get("binary") is not None],
-        "true_mean_level": [float(r["true_level"]) for r in ok if "true_level" in r],
-        "true_success": [float(r["true_success"]) for r in ok if "true_success" in r],
+        "true_mean_level": [float(r["true_level"]) for r in ok if r.get("true_level") is not None],
+        "true_success": [float(r["true_success"]) for r in ok if r.get("true_success") is not None],
         "sim_judged_mean": [float(v) for v in sim_judged],
         "sim_judged_success": [float(v >= top) for v in sim_judged],
         "sim_binary_success": [float(r["sim_binary"]) for r in ok if r.get("sim_binary") is not None],
         # bias, episode by episode: total = world model's share + judge's share
-        "bias": [r["judged"] - float(r[truth_key]) for r in ok if r.get("judged") is not None and truth_key in r],
+        "bias": [r["judged"] - float(r[truth_key]) for r in ok
+                 if r.get("judged") is not None and r.get(truth_key) is not None],
         "bias_world_model": [r["judged"] - r["sim_judged"] for r in ok
                              if r.get("judged") is not None and r.get("sim_judged") is not None],
         "bias_judge": [r["sim_judged"] - float(r[truth_key]) for r in ok
-                       if r.get("sim_judged") is not None and truth_key in r],
+                       if r.get("sim_judged") is not None and r.get(truth_key) is not None],
     }
     for salt, (key, values) in enumerate(entries.items()):
         out[key], out[key + "_ci95"] = stat(values, salt)
@@ -455,6 +529,8 @@ def _policy_row(cfg: RoboArenaConfig, name: str, rows: list[dict], seed: int) ->
     return out
 
 
+#: The row fields that hold a judge's failure (the judge or the binary judge, in either world).
+JUDGE_ERROR_KEYS = ("judge_error", "binary_error", "sim_judge_error", "sim_binary_error")
 #: The comparisons between worlds: name -> (episode key of the prediction, its success threshold or None,
 #: episode key of the reference, its scale top), and what each isolates.
 COMPARISONS = {
@@ -551,13 +627,34 @@ def _decomposition(comparisons: dict, table: list[dict]) -> dict:
     wm_abs = _mean([abs(t["bias_world_model"]) for t in bias])
     judge_abs = _mean([abs(t["bias_judge"]) for t in bias])
     judge_gap, wm_gap = gap("judge_on_sim"), gap("world_model_vs_judge_on_sim")
-    blame = None
+    blame, why = None, None
     if judge_gap is not None and wm_gap is not None:
         blame = ("world model" if wm_gap > judge_gap else "judge" if judge_gap > wm_gap
                  else "judge and world model alike")
+    else:
+        why = _no_verdict(comparisons, table)
     return {"spearman_judge_on_sim": comparisons.get("judge_on_sim", {}).get("spearman"),
             "spearman_world_model_vs_judge_on_sim": comparisons.get("world_model_vs_judge_on_sim", {}).get("spearman"),
-            "mean_abs_bias_world_model": wm_abs, "mean_abs_bias_judge": judge_abs, "blames": blame}
+            "mean_abs_bias_world_model": wm_abs, "mean_abs_bias_judge": judge_abs, "blames": blame,
+            "no_verdict": why}
+
+
+def _no_verdict(comparisons: dict, table: list[dict]) -> str:
+    """Why the decomposition names no side: which of its two Spearmans is undefined, and the judge's errors."""
+    parts = []
+    for key in ("judge_on_sim", "world_model_vs_judge_on_sim"):
+        c = comparisons.get(key, {})
+        if c.get("spearman") is None:
+            n = c.get("policies", 0)
+            parts.append(f"{key} compares {n} {'policy' if n == 1 else 'policies'} scored in both worlds (needs 2)"
+                         if n < 2 else f"{key} has no ranking (one side scores every policy alike)")
+    errors = [f"{t['policy']}: {e}" for t in table for e in t.get("judge_errors", [])]
+    unjudged, failed = sum(t["unjudged"] for t in table), sum(t["failed"] for t in table)
+    if failed:
+        parts.append(f"{failed} failed episodes")
+    if unjudged:
+        parts.append(f"{unjudged} unjudged episodes" + (f", e.g. {errors[0]}" if errors else ""))
+    return "; ".join(parts)
 
 
 def _repo_relative(path: Path) -> str:
@@ -603,10 +700,15 @@ def print_report(summary: dict) -> None:
     d = summary["decomposition"]
     print(f"decomposition: judge on SimDROID frames Spearman {_fmt(d['spearman_judge_on_sim'], '.3f')}, world model "
           f"vs the judge on SimDROID Spearman {_fmt(d['spearman_world_model_vs_judge_on_sim'], '.3f')}; mean |bias| "
-          f"world model {_fmt(d['mean_abs_bias_world_model'])}, judge {_fmt(d['mean_abs_bias_judge'])}; blames the "
-          f"{d['blames']}")
+          f"world model {_fmt(d['mean_abs_bias_world_model'])}, judge {_fmt(d['mean_abs_bias_judge'])}; "
+          + (f"blames the {d['blames']}" if d["blames"] else f"no verdict: {d.get('no_verdict')}"))
     print(f"{summary['failed_episodes']} failed, {summary['unjudged_episodes']} unjudged episodes; report "
           f"{summary['report']}")
+    for t in summary["rows"]:
+        for e in t.get("judge_errors", []):
+            print(f"judge error ({t['policy']}): {e}")
+        for e in t.get("errors", []):
+            print(f"failed ({t['policy']}): {e}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -636,9 +738,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_namespace(ns: dict[str, Any]) -> RoboArenaConfig:
-    """A :class:`RoboArenaConfig` from parsed options (unset ones keep their defaults; ``--quick`` its own)."""
+    """A :class:`RoboArenaConfig` from parsed options (unset ones keep their defaults; ``--quick`` its own; with
+    ``--report-only`` unset ones are the recorded run's, :func:`recorded_config`)."""
     names = {f.name for f in fields(RoboArenaConfig)}
     kw = {k: v for k, v in ns.items() if k in names and v is not None}
+    if kw.get("report_only"):
+        for k, v in recorded_config(default_out(kw.get("out"), bool(kw.get("quick")))).items():
+            kw.setdefault(k, v)
     if kw.get("quick"):
         kw.setdefault("policies", list(QUICK_POLICIES))
         kw.setdefault("episodes", QUICK_EPISODES)
@@ -679,14 +785,48 @@ def register_command(subparsers: Any) -> None:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    execute(config_from_namespace(vars(args)))
+    return cli(vars(args))
+
+
+def cli(ns: dict[str, Any]) -> int:
+    """Run from parsed options; returns the exit code.  A user's mistake (a bad option, an unknown policy, a rerun
+    with other options, a directory with no run) is one line on stderr and exit 2; Ctrl-C says what was saved
+    and exits 130."""
+    from policies.base import MissingDependencyError, UnknownPolicyError
+
+    cfg = None
+    try:
+        cfg = config_from_namespace(ns)
+        execute(cfg)
+    except (ArenaError, UnknownPolicyError, MissingDependencyError) as e:
+        print(f"roboarena: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nroboarena: interrupted; {_saved(cfg)}", file=sys.stderr)
+        return 130
     return 0
+
+
+def _saved(cfg: RoboArenaConfig | None) -> str:
+    """What an interrupted run leaves, and how to go on."""
+    if cfg is None or cfg.report_only:
+        return "nothing was run"
+    jsonl = cfg.out_dir / "episodes.jsonl"
+    try:
+        n = len({(r["policy"], r["episode"]) for r in read_rows(jsonl)
+                 if r["policy"] in cfg.policies and r["episode"] < cfg.episodes})
+    except ValueError:
+        n = 0
+    total = len(cfg.policies) * cfg.episodes
+    if not n:
+        return f"no episode had finished, none saved in {jsonl}"
+    return (f"{n} of {total} episodes are saved in {jsonl}; rerun the same command to run the other {total - n}"
+            if n < total else f"all {total} episodes are saved in {jsonl}; rerun the same command for the report")
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    execute(config_from_args(argv))
-    return 0
+    return cli(vars(_parser().parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -129,8 +129,10 @@ class NeuralDROIDEnv(HorizonFromMake, gym.Env):
     ## Rewards
     0 on every step except the last: when the episode ends, ``reward_fn`` receives the whole episode
     (frames, states, actions, instruction) and its score is that step's reward; its judgement goes to
-    ``info["judgement"]`` (a judge failure gives NaN and ``info["judgement_error"]``, never an
-    exception).  Default: the offline RoboWorld judge (0-5) once trained, else 0.
+    ``info["judgement"]``.  A judge failure -- an exception, or a judgement with no score (a VLM judge
+    whose server is unreachable) -- gives NaN and ``info["judgement_error"]``, the error as a string
+    (in a vector env an object array with a ``_judgement_error`` mask), never an exception.
+    Default: the offline RoboWorld judge (0-5) once trained, else 0.
 
     ## Starting State
     ``reset(seed=..., options={"episode": name | index | EpisodeSpec | dict})`` starts from an episode

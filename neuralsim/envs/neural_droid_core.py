@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -319,6 +320,8 @@ class _Core:
             info["judgement_error"] = f"{type(e).__name__}: {e}"
             return float("nan")
         info["judgement"] = judgement
+        if math.isnan(reward):  # a judge that caught its own failure: a Judgement with no score and its error
+            info["judgement_error"] = str(getattr(judgement, "error", None) or "the reward function gave no score")
         return reward
 
     # ------------------------------------------------------------------ outputs

@@ -26,6 +26,7 @@ reached; 2 the gripper came within a few centimetres of the target; 0 otherwise.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -176,7 +177,10 @@ class SimDROIDEnv(HorizonFromMake, gym.Env):
 
     ## Rewards
     0 on every step but the last; when the episode terminates or truncates, ``reward_fn`` scores the
-    whole episode.  The default ``"ground_truth"`` gives the rubric level (0, 2, 4 or 5).
+    whole episode.  The default ``"ground_truth"`` gives the rubric level (0, 2, 4 or 5).  With a judge, its
+    judgement goes to ``info["judgement"]``; a judge failure -- an exception, or a judgement with no score (a VLM
+    judge whose server is unreachable) -- gives NaN and ``info["judgement_error"]``, the error as a string, never
+    an exception.
 
     ## Episode End
     Truncation at ``max_episode_steps``.  Made by ``gym.make`` the env takes its ``TimeLimit``'s horizon (150,
@@ -555,6 +559,8 @@ class SimDROIDEnv(HorizonFromMake, gym.Env):
             info["judgement_error"] = f"{type(e).__name__}: {e}"
             return float("nan")
         info["judgement"] = judgement
+        if math.isnan(reward):  # a judge that caught its own failure: a Judgement with no score and its error
+            info["judgement_error"] = str(getattr(judgement, "error", None) or "the reward function gave no score")
         return reward
 
     # ------------------------------------------------------------------ episode / render
