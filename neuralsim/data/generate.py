@@ -127,18 +127,53 @@ class Rollout:
     expert_done: bool
 
 
-#: Per-frame ground-truth columns written beside an episode's frames, and their dtypes.
-GROUND_TRUTH_DTYPES = {"rubric_level": np.int8, "success": bool, "target_distance": np.float32}
+#: Per-frame ground-truth columns written beside an episode's frames, and their dtypes: the rubric, then the
+#: movable objects' state (``object_pose``: K cubes in scene order, xyz [m] + wxyz quaternion each, flattened to
+#: K*7; ``held_object`` / ``touched_object``: the index of the cube held between both fingers / touching the robot,
+#: -1 for none).  The cubes' names, in that order, are the episode record's ``objects``.
+GROUND_TRUTH_DTYPES = {"rubric_level": np.int8, "success": bool, "target_distance": np.float32,
+                       "object_pose": np.float32, "held_object": np.int8, "touched_object": np.int8}
+
+
+def object_names(info: dict) -> list[str]:
+    """The movable objects (the cubes) of a SimDROID ``info``, in scene order: the order of ``object_pose``."""
+    return [n for n in info["object_poses"] if n.endswith("_cube")]
+
+
+def ground_truth_features(scene: str) -> dict[str, dict]:
+    """``meta/info.json`` features of the ``ground_truth.*`` columns of a dataset of SimDROID's ``scene``."""
+    from ..envs.scene import get_scene
+
+    k = get_scene(scene).num_cubes
+    pose = [f"cube{i}.{c}" for i in range(k) for c in ("x", "y", "z", "qw", "qx", "qy", "qz")]
+    return {
+        "ground_truth.rubric_level": {"dtype": "int8", "shape": [1], "names": None},
+        "ground_truth.success": {"dtype": "bool", "shape": [1], "names": None},
+        "ground_truth.target_distance": {"dtype": "float32", "shape": [1], "names": None},
+        "ground_truth.object_pose": {"dtype": "float32", "shape": [7 * k], "names": pose},
+        "ground_truth.held_object": {"dtype": "int8", "shape": [1], "names": None},
+        "ground_truth.touched_object": {"dtype": "int8", "shape": [1], "names": None},
+    }
+
+
+def _ground_truth_row(info: dict) -> dict:
+    names = object_names(info)
+    index = {n: i for i, n in enumerate(names)}
+    row = {k: info[k] for k in ("rubric_level", "success", "target_distance")}
+    row["object_pose"] = np.concatenate([np.asarray(info["object_poses"][n], np.float32) for n in names])
+    row["held_object"] = index.get(info["grasped_object"], -1)
+    row["touched_object"] = index.get(info.get("touched_object"), -1)
+    return row
 
 
 def _ground_truth_start(info: dict) -> dict[str, list]:
     """The ground-truth columns opened with the reset's ``info`` (frame 0)."""
-    return {k: [info[k]] for k in GROUND_TRUTH_DTYPES}
+    return {k: [v] for k, v in _ground_truth_row(info).items()}
 
 
 def _ground_truth_add(gt: dict[str, list], info: dict) -> None:
-    for k, col in gt.items():
-        col.append(info[k])
+    for k, v in _ground_truth_row(info).items():
+        gt[k].append(v)
 
 
 def _ground_truth_arrays(gt: dict[str, list]) -> dict[str, np.ndarray]:
@@ -293,6 +328,7 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         rubric_level=int(info["rubric_level"]), failure=plan.failure, noise=round(plan.noise, 6),
         steps=r.steps, expert_done=r.expert_done, colors=ep.metadata.get("colors"),
         target=info["target"], base=info["base"], grasped_object=info["grasped_object"],
+        objects=object_names(info),
         final_target_distance=round(float(info["target_distance"]), 4),
         initial_poses=_pose_summary(r.initial_info), final_poses=_pose_summary(info),
         seconds=round(time.perf_counter() - t0, 3), **extra)
@@ -512,8 +548,9 @@ def _prepare(root: Path, params: dict) -> list[dict]:
         if (root / W.EPISODES_PATH).is_file() or stray:
             raise GenerationMismatchError(f"{str(root)!r} is not empty and has no {W.INFO_PATH} "
                                           f"(found {sorted(stray)[:5] or W.EPISODES_PATH}); pick an empty directory")
-        W.write_info(root, W.new_info(params["image_size"], generation=params,
-                                         source=_scene_env_id(params.get("scene", "classic"))))
+        info = W.new_info(params["image_size"], generation=params, source=_scene_env_id(params.get("scene", "classic")))
+        info["features"].update(ground_truth_features(params.get("scene", "classic")))
+        W.write_info(root, info)
         return []
     old = info.get("generation") or {}
     diff = {}

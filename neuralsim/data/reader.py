@@ -179,6 +179,8 @@ class LoadedEpisode:
     actions: np.ndarray  # (T, 8) float32: action after frame t (SimDROID: last row = hold)
     fps: float
     record: dict
+    objects: "ObjectState | None" = None
+    """The movable objects' recorded state (None for a dataset without ``ground_truth.object_pose``)."""
 
     @property
     def nbytes(self) -> int:
@@ -194,6 +196,57 @@ class LoadedEpisode:
                        joint_position=self.joint_position, gripper_position=self.gripper_position,
                        cartesian_position=self.cartesian_position, actions=self.actions[:-1],
                        instruction=rec.get("instruction", ""), fps=self.fps, metadata=dict(rec))
+
+
+@dataclass
+class ObjectState:
+    """Per-frame state of an episode's K movable objects (SimDROID's cubes), from its ``ground_truth.*`` columns."""
+
+    names: list[str]
+    """The objects' names (``"<colour>_cube"``), the order of every K axis below."""
+    pose: np.ndarray
+    """(T, K, 7) float32: position [m] then orientation as a wxyz quaternion, world frame."""
+    held: np.ndarray
+    """(T,) int: index of the object held between both fingers, -1 for none."""
+    touched: np.ndarray
+    """(T,) int: index of the first object touching any part of the robot, -1 for none."""
+
+    @property
+    def position(self) -> np.ndarray:
+        """(T, K, 3) [m]."""
+        return self.pose[..., :3]
+
+    def __getitem__(self, frames) -> "ObjectState":
+        """The same objects over a slice of the frames."""
+        return ObjectState(list(self.names), self.pose[frames], self.held[frames], self.touched[frames])
+
+
+#: Parquet columns of :class:`ObjectState`.
+OBJECT_STATE_COLUMNS = ("ground_truth.object_pose", "ground_truth.held_object", "ground_truth.touched_object")
+
+
+def read_object_state(root: str | Path, record: dict[str, Any]) -> ObjectState | None:
+    """The recorded object state of a SimDROID episode, or None when its dataset predates those columns (or is a real
+    DROID one): absent, never zeros.  A dataset with the columns but a record without ``objects`` names is a
+    DatasetError."""
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    if detect_layout(root) == "droid_real":
+        return None
+    idx = int(record["episode_index"])
+    data_path = root / DATA_PATH.format(episode_index=idx)
+    names = set(pq.read_schema(data_path).names)
+    if not all(c in names for c in OBJECT_STATE_COLUMNS):
+        return None
+    objects = record.get("objects")
+    if not objects:
+        raise DatasetError(f"episode {idx} of {str(root)!r} has object-state columns but no 'objects' names")
+    table = pq.read_table(data_path, columns=list(OBJECT_STATE_COLUMNS))
+    flat = table.column(OBJECT_STATE_COLUMNS[0]).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    pose = np.asarray(flat, np.float32).reshape(table.num_rows, len(objects), 7)
+    held, touched = (np.asarray(table.column(c).to_numpy(), np.int64) for c in OBJECT_STATE_COLUMNS[1:])
+    return ObjectState(list(objects), pose, held, touched)
 
 
 def load_episode(root: str | Path, record: dict[str, Any], image_size: int | None = None,
@@ -255,9 +308,10 @@ def _load_simdroid(root: Path, record: dict, image_size: int | None) -> LoadedEp
         log.warning("episode %d: %d parquet rows but video frames %s; using the first %d", idx, len(actions),
                     [len(f) for f in frames], n)
     info = _read_json(root / INFO_PATH) if (root / INFO_PATH).is_file() else {}
+    objects = read_object_state(root, record)
     return LoadedEpisode(frames=np.stack([f[:n] for f in frames], axis=1), actions=actions[:n],
                          fps=float(info.get("fps", DROID_CONTROL_HZ)), record=dict(record),
-                         **{k: v[:n] for k, v in states.items()})
+                         objects=None if objects is None else objects[:n], **{k: v[:n] for k, v in states.items()})
 
 
 #: Decoded frames of SimDROID episodes are kept here (inside the dataset root) as one .npy per episode.

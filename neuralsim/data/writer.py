@@ -25,8 +25,18 @@ Parquet columns (one row per frame, T rows; fixed-size lists of float32 unless s
 ``timestamp``                          float32  ``frame_index / fps`` [s]
 ``frame_index``, ``episode_index``     int64
 ``next.done``                          bool   True on the last row
-``ground_truth.*``                     any    optional per-frame extras (e.g. the rubric level)
+``ground_truth.*``                     any    optional per-frame extras; ``neuralsim data generate`` writes:
+``ground_truth.rubric_level``           int8   the 0-5 rubric level so far
+``ground_truth.success``                bool   the task's goal holds at this frame
+``ground_truth.target_distance``        float32  tool point to target cube [m]
+``ground_truth.object_pose``           7 K    the K cubes, scene order (the record's ``objects`` names them):
+                                              xyz [m] + wxyz quaternion each, world frame
+``ground_truth.held_object``            int8   index of the cube held between both fingers, -1 none
+``ground_truth.touched_object``         int8   index of the first cube touching the robot, -1 none
 =====================================  =====  ====================================================
+
+Datasets written before the object-state columns still read; ``neuralsim.data.reader.read_object_state`` (and
+``LoadedEpisode.objects``) is then None, not zeros.
 
 Video encoding: libx264, ``yuv444p``, CRF 10 (``DEFAULT_CRF``).  H.264 is lossy.  Measured decode
 round-trip PSNR against the simulator's frames (64x64, 8 expert episodes of 76-150 frames):

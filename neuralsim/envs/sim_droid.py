@@ -191,7 +191,8 @@ class SimDROIDEnv(HorizonFromMake, gym.Env):
 
     ## Info (ground truth)
     ``task``, ``instruction``, ``target``, ``object_poses`` (name -> xyz + wxyz quaternion),
-    ``tcp_position``, ``target_distance``, ``contacts`` (named pairs), ``grasped_object``, ``success``,
+    ``tcp_position``, ``target_distance``, ``contacts`` (named pairs), ``grasped_object`` (held between both
+    fingers), ``touched_object`` (the first cube, in scene order, touching any part of the robot), ``success``,
     ``rubric_level`` (5 success; 4 target touched or grasped; 2 gripper within 6 cm; 0 otherwise -
     the best level reached so far unless the goal holds now).
 
@@ -373,6 +374,7 @@ class SimDROIDEnv(HorizonFromMake, gym.Env):
             "target_distance": dist,
             "contacts": named,
             "grasped_object": names[min(grasp)] if grasp else None,
+            "touched_object": names[min(robot)] if robot else None,
             "success": success,
             "rubric_level": 5 if success else self._best_level,
         }
