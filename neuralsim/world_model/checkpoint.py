@@ -91,6 +91,32 @@ def save_checkpoint(out: Path, model, ema_params: dict, opt, step: int, train_co
     atomic_dir_write(out / "model", write_model)
 
 
+#: Where ``TrainConfig.snapshot_every`` keeps copies of the exported model: ``OUT/snapshots/step_NNNNNNN``.
+SNAPSHOT_DIR = "snapshots"
+
+
+def snapshot_dir(out: Path, step: int) -> Path:
+    return Path(out) / SNAPSHOT_DIR / f"step_{int(step):07d}"
+
+
+def keep_snapshot(out: Path, step: int) -> Path:
+    """Copy ``out/model`` (just written) to :func:`snapshot_dir` atomically; returns that directory."""
+    final = snapshot_dir(out, step)
+    atomic_dir_write(final, lambda d: shutil.copytree(Path(out) / "model", d, dirs_exist_ok=True))
+    return final
+
+
+def list_snapshots(out: Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every snapshot a run kept, by step."""
+    root = Path(out) / SNAPSHOT_DIR
+    found = []
+    for d in root.glob("step_*") if root.is_dir() else ():
+        tail = d.name.removeprefix("step_")
+        if tail.isdigit() and (d / "config.json").is_file():
+            found.append((int(tail), d))
+    return sorted(found)
+
+
 def find_checkpoint(out: Path) -> Path | None:
     """``out/checkpoint`` (or ``checkpoint.old``, left by a run killed mid-write) if it holds a trainer state."""
     for name in ("checkpoint", "checkpoint.old"):

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import keep_snapshot, load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -294,6 +294,10 @@ def optimise(run: Run, trainable: dict, module, batch_loss: Callable, objective:
                     f.write(json.dumps(last) + "\n")
         if save_now:
             save_checkpoint(out, model, ema, opt, step, train_config, recipe_at(recipe, key, prior_steps, step))
+        if run.is_main and cfg.snapshot_every > 0 and step % cfg.snapshot_every == 0:
+            if not save_now:  # a snapshot copies the exported model, so it is written first
+                save_checkpoint(out, model, ema, opt, step, train_config, recipe_at(recipe, key, prior_steps, step))
+            keep_snapshot(out, step)
         if run.is_main and cfg.sample_every > 0 and step % cfg.sample_every == 0 and step != cfg.steps:
             write_sample(run, step)
         if out_of_time:

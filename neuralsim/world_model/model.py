@@ -310,6 +310,30 @@ class WorldModel(nn.Module):
         return x
 
     @torch.inference_mode()
+    def observe(self, state: WorldModelState, latents: torch.Tensor, cond: torch.Tensor,
+                rows: torch.Tensor | None = None) -> None:
+        """Teacher forcing: the next frame of ``rows`` (all if None) is *given*, not generated.
+
+        Commits their pending frames into the cache (one DiT pass at t = 0) and makes ``latents`` (b, V, C, h, w),
+        normalised (:meth:`encode`), with ``cond`` (b, 7) their new pending frames, exactly where :meth:`generate`
+        would have put a generated frame.  So a rollout can start from several true context frames (the dynamics
+        benchmark), and observing the frames a rollout generated reproduces that rollout's state."""
+        r = torch.arange(state.batch_size) if rows is None else torch.as_tensor(rows, dtype=torch.long).reshape(-1)
+        missing = r[~state.has_pending[r]]
+        if missing.numel():
+            raise RuntimeError(f"rows {missing.tolist()} have no context frame; call reset() for them first")
+        cfg = self.config.dit
+        want = (r.numel(), cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size)
+        if tuple(latents.shape) != want:
+            raise ValueError(f"latents must be {want} (rows, V, C, h, w), got {tuple(latents.shape)}")
+        cond = self._cond(cond, r.numel())
+        rd = r.to(state.pending.device)
+        context = self.dit.read_cache(state.cache, None if rows is None else r)
+        self.dit.commit(state.pending[rd], state.pending_cond[rd], context, state.cache)
+        state.pending[rd] = latents.to(state.pending.device, state.pending.dtype)
+        state.pending_cond[rd] = cond
+
+    @torch.inference_mode()
     def step(self, state: WorldModelState, cond: torch.Tensor,
              generator: torch.Generator | None = None) -> torch.Tensor:
         """Generate the next time step of every row: uint8 views (B, V, H, W, 3)."""

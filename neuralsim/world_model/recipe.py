@@ -43,7 +43,7 @@ SECTIONS = ("model", "data", "stages", "ship")
 STAGE_IDENTITY = ("stage", "objective", "data", "init_from", "config", "out")
 #: Options that change how a stage runs, not what it trains: a finished stage is not re-run for them.
 RUN_OPTIONS = ("device", "num_threads", "progress", "deadline", "cool_down_secs", "compile", "resume",
-               "checkpoint_every", "log_every", "sample_every")
+               "checkpoint_every", "snapshot_every", "log_every", "sample_every")
 DONE_FILE = "done.json"
 
 

@@ -139,6 +139,9 @@ class TrainConfig:
     run of unknown speed still ends annealed."""
     checkpoint_every: int = 200
     """Steps between resumable checkpoints (one is also written at the end and at the deadline)."""
+    snapshot_every: int = 0
+    """Steps between kept copies of the exported model, ``OUT/snapshots/step_NNNNNNN/`` (0: none): the checkpoints a
+    learning curve measures (``python -m benchmarks.dynamics --curve OUT``).  A kept copy is the model's size."""
     log_every: int = 10
     """Steps between metrics.jsonl lines."""
     sample_every: int = 1000
@@ -169,6 +172,8 @@ class TrainConfig:
         if self.steps < 0 or self.batch_size < 1 or self.decay_steps < 0 or self.warmup < 0:
             raise ValueError(f"need steps >= 0, batch_size >= 1, warmup >= 0 and decay_steps >= 0, got "
                              f"{self.steps}, {self.batch_size}, {self.warmup} and {self.decay_steps}")
+        if self.snapshot_every < 0:
+            raise ValueError(f"snapshot_every must be >= 0 (0: no snapshots), got {self.snapshot_every}")
         if min(self.frames_per_clip, self.checkpoint_every, self.log_every) < 1:
             raise ValueError(f"frames_per_clip, checkpoint_every and log_every must be >= 1, got "
                              f"{self.frames_per_clip}, {self.checkpoint_every} and {self.log_every}")

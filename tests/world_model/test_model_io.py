@@ -280,3 +280,31 @@ def test_model_edit_fresh_dit_keeps_the_autoencoder_and_forgets_the_dit(tiny_mod
     assert a.config.recipe == {"autoencoder_reconstruction_steps": 5, "latent_stats_fitted": True,
                                "stages": [{"stage": "autoencoder", "objective": "reconstruction", "steps": 5}],
                                "edits": [{"fresh_dit": 3}]}
+
+
+def test_observe_teacher_forces_the_next_frame_exactly_where_generate_puts_it(tiny_model):
+    """Observing the frames a rollout generated reproduces that rollout's state: the next frame is the same."""
+    wm, cfg = tiny_model, tiny_model.config
+    views = torch.randint(0, 255, (2, cfg.dit.num_views, wm.config.autoencoder.image_size,
+                                   wm.config.autoencoder.image_size, 3), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(0))
+    c = conds(4, 2)
+    noise = latents(cfg, 4, 2)
+    a = wm.new_state(2)
+    wm.reset(a, None, views, c[0])
+    xs = [wm.generate(a, noise[t], c[t]) for t in (1, 2, 3)]
+    b = wm.new_state(2)
+    wm.reset(b, None, views, c[0])
+    wm.observe(b, xs[0], c[1])
+    wm.observe(b, xs[1], c[2])
+    torch.testing.assert_close(wm.generate(b, noise[3], c[3]), xs[2], atol=1e-4, rtol=0)
+    # a different observed frame changes what comes next
+    other = wm.new_state(2)
+    wm.reset(other, None, views, c[0])
+    wm.observe(other, xs[0] + 1.0, c[1])
+    wm.observe(other, xs[1], c[2])
+    assert (wm.generate(other, noise[3], c[3]) - xs[2]).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="latents must be"):
+        wm.observe(b, xs[0][:1], c[1])
+    with pytest.raises(RuntimeError, match="no context frame"):
+        wm.observe(wm.new_state(2), xs[0], c[1])

@@ -402,3 +402,24 @@ def test_fetch_clips_can_give_the_arm_replay():
         want = K.forward_kinematics(arm_trajectory(item["joint_position"][0].numpy(), item["actions"][:-1, :7].numpy()))
         np.testing.assert_allclose(replay[j, :, :6].numpy(), want, atol=1e-5)
     assert not torch.allclose(replay[..., :6], measured[..., :6], atol=1e-4)
+
+
+def test_snapshot_every_keeps_the_models_a_learning_curve_reads(tmp_path):
+    """``snapshot_every`` keeps a copy of the exported model at those steps, bit-identical to what model/ held then,
+    and the dynamics benchmark's --curve finds them in step order."""
+    from benchmarks.dynamics import curve_checkpoints
+    from neuralsim.world_model.checkpoint import list_snapshots
+
+    out = tmp_path / "run"
+    train(_cfg(out, steps=6, snapshot_every=2))
+    snaps = list_snapshots(out)
+    assert [s for s, _ in snaps] == [2, 4, 6]
+    last = WorldModel.from_pretrained(snaps[-1][1])
+    for (k, x), (_, y) in zip(last.state_dict().items(), WorldModel.from_pretrained(out / "model").state_dict().items()):
+        assert torch.equal(x, y), k
+    first = WorldModel.from_pretrained(snaps[0][1])
+    assert any(not torch.equal(x, y) for x, y in zip(first.state_dict().values(), last.state_dict().values()))
+    assert [(label, step) for label, step, _ in curve_checkpoints(out)] == [("step_2", 2), ("step_4", 4),
+                                                                           ("step_6", 6)]
+    with pytest.raises(ValueError, match="snapshot_every"):
+        TrainConfig(snapshot_every=-1)
