@@ -31,6 +31,7 @@ class EvalEpisode:
     spec: Any  # neuralsim.envs.episodes.EpisodeSpec of frame 0
     joint_position: np.ndarray | None = None  # (T, 7) the simulator's joint state at each frame
     gripper_position: np.ndarray | None = None  # (T, 1) the measured gripper at each frame
+    objects: Any = None  # neuralsim.data.reader.ObjectState: the cubes' recorded poses (None: not recorded)
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -84,7 +85,8 @@ def load_split(root: str | Path, image_size: int, max_episodes: int | None = Non
                            metadata={"source": str(root), "episode_index": int(rec["episode_index"]),
                                      "seed": int(rec["seed"])})
         out.append(EvalEpisode(int(rec["episode_index"]), rec, frames, ep.actions, spec,
-                               np.asarray(ep.joint_position, np.float64), np.asarray(ep.gripper_position, np.float64)))
+                               np.asarray(ep.joint_position, np.float64), np.asarray(ep.gripper_position, np.float64),
+                               ep.objects))
     return out
 
 

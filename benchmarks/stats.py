@@ -104,6 +104,28 @@ def bootstrap_mean_ci(x: Sequence[float], resamples: int = 2000, level: float = 
     return _percentile_interval(means, level)
 
 
+def ratio_of_sums(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """sum(a) / sum(b) of (a, b) pairs; None when there are none or sum(b) is 0."""
+    den = sum(float(b) for _, b in pairs)
+    return None if not pairs or den == 0 else sum(float(a) for a, _ in pairs) / den
+
+
+def bootstrap_ratio_ci(pairs: Sequence[tuple[float, float]], resamples: int = 2000, level: float = 0.95,
+                       seed: int = 0) -> list[float] | None:
+    """Percentile bootstrap interval of :func:`ratio_of_sums`, resampling the (a, b) pairs (e.g. one per episode)
+    with replacement; resamples whose sum(b) is 0 are dropped.  None if empty.  Deterministic given ``seed``."""
+    _check_bootstrap(resamples, level)
+    pairs = [(float(a), float(b)) for a, b in pairs]
+    if not pairs:
+        return None
+    rng, n, values = random.Random(seed), len(pairs), []
+    for _ in range(resamples):
+        v = ratio_of_sums([pairs[rng.randrange(n)] for _ in range(n)])
+        if v is not None:
+            values.append(v)
+    return _percentile_interval(values, level)
+
+
 def bootstrap_grouped_ci(groups: Sequence[Sequence[tuple[float, float]]],
                          statistic: Callable[[list[float], list[float]], float | None], resamples: int = 2000,
                          level: float = 0.95, seed: int = 0) -> list[float] | None:

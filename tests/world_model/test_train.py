@@ -415,7 +415,8 @@ def test_snapshot_every_keeps_the_models_a_learning_curve_reads(tmp_path):
     snaps = list_snapshots(out)
     assert [s for s, _ in snaps] == [2, 4, 6]
     last = WorldModel.from_pretrained(snaps[-1][1])
-    for (k, x), (_, y) in zip(last.state_dict().items(), WorldModel.from_pretrained(out / "model").state_dict().items()):
+    model = WorldModel.from_pretrained(out / "model")
+    for (k, x), (_, y) in zip(last.state_dict().items(), model.state_dict().items()):
         assert torch.equal(x, y), k
     first = WorldModel.from_pretrained(snaps[0][1])
     assert any(not torch.equal(x, y) for x, y in zip(first.state_dict().values(), last.state_dict().values()))

@@ -1,0 +1,146 @@
+"""The dynamics benchmark: its readers, its ratios and its runs, on episodes the real generator writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import dynamics as D
+
+
+@pytest.fixture(scope="module")
+def legible_split(tmp_path_factory):
+    """Two clean put-in-bowl episodes of the legible scene (reach, grasp, carry, release), with object state."""
+    from neuralsim.data.generate import generate
+
+    root = tmp_path_factory.mktemp("legible")
+    generate(root, episodes=2, seed=1_000_000, failure_share=0.0, noise=(0.0, 0.0), families=["put_in_bowl"],
+             scene="legible", progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def legible_episodes(legible_split):
+    from benchmarks.fidelity_episodes import load_split
+
+    return load_split(legible_split, 64)
+
+
+def square_video(path: list[tuple[int, int]], size: int = 32) -> np.ndarray:
+    """A bright 5x5 square at each (column, row) of ``path`` on a textured background: (T, size, size, 3)."""
+    rng = np.random.default_rng(0)
+    background = rng.integers(0, 60, (size, size, 3))
+    frames = []
+    for c, r in path:
+        f = background.copy()
+        f[r - 2:r + 3, c - 2:c + 3] = [250, 200, 30]
+        frames.append(f)
+    return np.asarray(frames, np.uint8)
+
+
+def test_track_point_follows_a_moving_square_and_reads_a_still_one_as_zero():
+    path = [(10, 12), (11, 12), (13, 13), (15, 15), (16, 17)]
+    d = D.track_point(square_video(path), np.array(path[0], float))
+    np.testing.assert_allclose(d, np.asarray(path) - path[0], atol=0.35)
+    still = D.track_point(square_video([path[0]] * 4), np.array(path[0], float))
+    assert np.array_equal(still, np.zeros((4, 2)))
+
+
+def test_follow_ratio_is_one_for_the_truth_half_for_half_the_motion_and_zero_when_still():
+    true = np.array([[1.0, 0.0], [2.0, 1.0], [3.0, 1.0]])
+    assert D.follow_pairs(true, true) == (16.0, 16.0)
+    num, den = D.follow_pairs(true / 2, true)
+    assert num / den == pytest.approx(0.5)
+    assert D.follow_pairs(np.zeros_like(true), true)[0] == 0.0
+    assert D.follow_pairs(-true, true)[0] == -16.0
+
+
+def test_phases_read_the_recorded_object_state(legible_episodes):
+    e = legible_episodes[0]
+    onset = D.onset_frame(e)
+    assert onset is not None and e.objects.held[onset] >= 0 and (e.objects.held[:onset] < 0).all()
+    assert D.window_phase(e, onset, 8) == "carry"
+    assert D.window_phase(e, 2, 8) in ("reach", "idle")
+    assert D.manipulated_object(e, onset) == e.objects.held[onset]
+    assert e.objects.names[D.manipulated_object(e, 0)] == e.record["target"]
+
+
+def test_the_true_frames_follow_a_held_frame_does_not_and_half_speed_reads_about_half(legible_episodes):
+    """The readers on true frames score ~1 (arm and cube), the last frame held scores 0 exactly, and a video that
+    moves at half the speed (frame j shows true frame start + j // 2) scores well below 1 and above 0."""
+    from benchmarks.object_probe import default_dir, load
+
+    probe = load(default_dir("legible"))
+    eps = legible_episodes
+    wins = [w for w in D.plan_windows(eps)["rollout"] + D.plan_windows(eps)["onset"]]
+    truth = D.source_videos("truth", None, eps, wins, [], {})
+    still = D.source_videos("repeat_last", None, eps, wins, [], {})
+    half = [eps[w.episode].frames[[w.start + j // 2 for j in range(w.length + 1)]] for w in wins]
+    phases = [D.window_phase(eps[w.episode], w.start, w.length) for w in wins]
+    scores = {name: D.aggregate(wins, phases, D.measure_windows(eps, wins, videos, probe, "legible"), 200)
+              for name, videos in (("truth", truth), ("still", still), ("half", half))}
+    for view in ("arm_exterior_image_1", "arm_exterior_image_2"):
+        assert 0.85 < scores["truth"]["all"][view]["ratio"] < 1.15, (view, scores["truth"]["all"][view])
+        assert scores["still"]["all"][view]["ratio"] == 0.0
+        assert 0.3 < scores["half"]["all"][view]["ratio"] < 0.8, (view, scores["half"]["all"][view])
+    assert scores["truth"]["carry"]["object"]["ratio"] > 0.6, scores["truth"]["carry"]["object"]
+    assert scores["still"]["carry"]["object"]["ratio"] == 0.0
+    assert scores["half"]["carry"]["object"]["ratio"] < 0.85 * scores["truth"]["carry"]["object"]["ratio"]
+    lo, hi = scores["truth"]["all"]["arm_mean"]["ci95"]
+    assert lo <= scores["truth"]["all"]["arm_mean"]["ratio"] <= hi
+
+
+def test_rollouts_start_from_the_true_frame_and_do_not_depend_on_the_batching(tiny_checkpoint, legible_split):
+    from benchmarks.fidelity_episodes import load_split
+    from neuralsim.envs.neural_droid import load_world_model
+
+    wm = load_world_model(tiny_checkpoint)
+    eps = load_split(legible_split, wm.config.autoencoder.image_size)
+    wins = D.plan_windows(eps)["rollout"][:5]
+    a = D.rollouts_from_truth(wm, eps, wins, seed=3, batch_size=8)
+    b = D.rollouts_from_truth(wm, eps, wins, seed=3, batch_size=2)
+    c = D.rollouts_from_truth(wm, eps, wins, seed=4, batch_size=8)
+    for w, x, y, z in zip(wins, a, b, c):
+        assert x.shape == (w.length + 1, *eps[0].frames.shape[1:])
+        assert np.array_equal(x[0], eps[w.episode].frames[w.start])
+        assert np.array_equal(x, y)
+    assert any(not np.array_equal(x, z) for x, z in zip(a, c))
+
+
+def test_a_quick_run_writes_the_report_and_its_plot(tiny_checkpoint, heldout_split, tmp_path, capsys):
+    out = tmp_path / "dynamics.json"
+    assert D.main(["--checkpoint", str(tiny_checkpoint), "--data", str(heldout_split), "--quick", "--no-probe",
+                   "--no-progress", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert out.with_suffix(".png").stat().st_size > 5000
+    protos = report["protocols"]
+    assert set(protos) >= {"one_step", "rollout_4", "rollout_8"}
+    assert set(protos["rollout_8"]) == set(D.SOURCES)
+    assert protos["rollout_8"]["repeat_last"]["all"]["arm_mean"]["ratio"] in (0.0, None)
+    assert protos["one_step"]["all"]["mse_repeat_last"] >= 0
+    assert "arm_carry_8" in report["headline"]
+    assert "rollout_8" in capsys.readouterr().out
+
+
+def test_bad_inputs_are_refused_by_name(tiny_checkpoint, heldout_split, tmp_path, capsys):
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neuralsim.data.reader import OBJECT_STATE_COLUMNS
+
+    old = tmp_path / "old"
+    shutil.copytree(heldout_split, old)
+    for path in (old / "data").glob("*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(pa.table({c: table.column(c) for c in table.column_names if c not in OBJECT_STATE_COLUMNS}),
+                       path)
+    assert D.main(["--checkpoint", str(tiny_checkpoint), "--data", str(old), "--quick", "--no-probe",
+                   "--out", str(tmp_path / "x.json")]) == 2
+    assert "no recorded object state" in capsys.readouterr().err
+    assert D.main(["--curve", str(tmp_path / "nowhere"), "--data", str(heldout_split)]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
