@@ -11,7 +11,8 @@ the gripper command and the action adapter's replay of the arm, run with a 32-fr
 batch-1 inference on a CPU, where per-op overhead, i.e. depth, dominates (docs/FIDELITY.md has its throughput).
 
 Presets (``preset(name)``): ``default`` (the defaults) and ``tiny``, the tests' model: 16x16 views, 8x8x4 latents,
-4 tokens per view, a 2-block 32-wide DiT, with the full decoder, no reference head and the recorded conditioning.
+4 tokens per view, a 2-block 32-wide DiT, with the full decoder, no reference head and the recorded conditioning;
+``default_grounded`` and ``tiny_grounded`` are the same with ``dit.grounding="projected"``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ FORMAT_VERSION = 2
 
 #: Values of :attr:`WorldModelConfig.gripper_conditioning`.
 GRIPPER_CONDITIONINGS = ("measured", "command")
+
+#: Values of :attr:`DiTConfig.grounding`: ``"none"`` (the per-frame condition only, for cameras that are not
+#: calibrated) or ``"projected"`` (also per-token features of where the hand projects in each view).
+GROUNDINGS = ("none", "projected")
 
 #: Values of :attr:`WorldModelConfig.arm_conditioning`.
 ARM_CONDITIONINGS = ("measured", "replay")
@@ -127,6 +132,14 @@ class DiTConfig:
     """RoPE base for the temporal attention."""
     freq_dim: int = 128
     """Sinusoidal features of the noise level before its MLP."""
+    grounding: str = "none"
+    """Where the robot is in each view: ``"none"`` -- only the per-frame condition (cameras that are not calibrated)
+    -- or ``"projected"`` -- also, per token, the tool point and fingertips projected through that view's camera,
+    relative to the token's pixels (:mod:`neuralsim.world_model.grounding`), embedded and added to the tokens."""
+    geometry: dict | None = None
+    """With ``grounding="projected"``: the cameras and hand points the projection uses
+    (:func:`~neuralsim.world_model.grounding.scene_geometry`, its ``scene`` key the scene it came from); None: the
+    model's scene's, filled in by :class:`WorldModelConfig`."""
 
     def __post_init__(self) -> None:
         if self.patch_size < 1 or self.latent_size % self.patch_size:
@@ -135,6 +148,19 @@ class DiTConfig:
             raise ValueError(f"dim={self.dim} / num_heads={self.num_heads} must be an even integer head dim")
         if self.cond_dim != COND_DIM:
             raise ValueError(f"cond_dim must be {COND_DIM} (xyz, Euler XYZ, gripper), got {self.cond_dim}")
+        if self.grounding not in GROUNDINGS:
+            raise ValueError(f"grounding must be one of {GROUNDINGS}, got {self.grounding!r}")
+        if self.grounding == "none":
+            if self.geometry is not None:
+                raise ValueError("geometry is only used with grounding='projected'; leave it None")
+        else:
+            if self.num_views != 3:
+                raise ValueError(f"grounding {self.grounding!r} needs the 3 SimDROID/DROID views, got "
+                                 f"num_views={self.num_views}")
+            if self.geometry is not None:
+                from .grounding import check_geometry
+
+                check_geometry(self.geometry)
 
     @property
     def head_dim(self) -> int:
@@ -210,6 +236,10 @@ class WorldModelConfig:
                 f"dit.latent_channels={self.dit.latent_channels} != autoencoder.latent_channels="
                 f"{self.autoencoder.latent_channels}"
             )
+        if self.dit.grounding != "none" and self.dit.geometry is None:
+            from .grounding import scene_geometry
+
+            self.dit.geometry = scene_geometry(self.scene)
         if self.dit.latent_size != self.autoencoder.latent_size:
             raise ValueError(
                 f"dit.latent_size={self.dit.latent_size} != autoencoder latent size {self.autoencoder.latent_size}"
@@ -239,7 +269,12 @@ class WorldModelConfig:
         return len(self.schedule)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as plain data; an ungrounded DiT's ``grounding`` and ``geometry`` are left out, so its
+        config.json is what it was before the option existed (and older versions read it)."""
+        d = dataclasses.asdict(self)
+        if d["dit"]["grounding"] == "none":
+            del d["dit"]["grounding"], d["dit"]["geometry"]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -295,11 +330,16 @@ FORMAT_1_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-PRESETS = ("tiny", "default")
+PRESETS = ("tiny", "default", "tiny_grounded", "default_grounded")
 
 
 def preset(name: str) -> WorldModelConfig:
-    """A fresh config by preset name: ``default`` (the shipped model's architecture) or ``tiny`` (the tests')."""
+    """A fresh config by preset name: ``default`` (the shipped model's architecture) or ``tiny`` (the tests'); a
+    ``_grounded`` suffix switches on ``dit.grounding="projected"`` (the cameras of the config's scene)."""
+    if name.endswith("_grounded") and name in PRESETS:
+        cfg = preset(name.removesuffix("_grounded"))
+        cfg.dit.grounding = "projected"
+        return WorldModelConfig.from_dict(cfg.to_dict())
     if name == "default":
         return WorldModelConfig()
     if name == "tiny":

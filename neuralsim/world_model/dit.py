@@ -5,7 +5,8 @@ A *frame* is one time step: the latents of the three camera views, patchified in
 spatial attention.  The temporal attention is factorised: each token position attends to the same
 position in itself and earlier frames (frame-causal), with RoPE over the frame index on q and k.
 Every sub-layer is AdaLN-Zero modulated by a per-frame condition
-``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.
+``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.  With ``grounding="projected"`` each token also
+gets, added to its embedding, an MLP of where the hand projects in its own view (:mod:`.grounding`).
 
 Entry points (one behaviour each):
 
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DiTConfig
+from .grounding import ViewProjector
 from .kv_cache import KVCache, RowIndex
 
 
@@ -166,6 +168,30 @@ class ConditionEmbedding(nn.Module):
         return self.mlp(featurise_condition(cond.float()))
 
 
+class GroundingEmbedding(nn.Module):
+    """Per-token embedding of where the hand projects in the token's view: the projector's features
+    (:class:`~neuralsim.world_model.grounding.ViewProjector`) through a two-layer MLP whose last layer starts at
+    zero, so a freshly grounded model computes what the ungrounded one does."""
+
+    def __init__(self, cfg: DiTConfig):
+        super().__init__()
+        if cfg.geometry is None:
+            raise ValueError("grounding='projected' needs the cameras in DiTConfig.geometry (WorldModelConfig fills "
+                             "them from its scene; grounding.scene_geometry(scene) makes them)")
+        self.grid = cfg.latent_size // cfg.patch_size
+        self.projector = ViewProjector(cfg.geometry, self.grid)
+        self.mlp = nn.Sequential(Linear(self.projector.num_features, cfg.dim), nn.SiLU(), Linear(cfg.dim, cfg.dim))
+        nn.init.zeros_(self.mlp[2].weight)
+        nn.init.zeros_(self.mlp[2].bias)
+
+    def set_geometry(self, geometry: dict) -> None:
+        """Project through other cameras from now on (the weights are kept)."""
+        self.projector = ViewProjector(geometry, self.grid).to(self.mlp[0].weight.device)
+
+    def forward(self, cond: torch.Tensor) -> torch.Tensor:  # (…, 7) -> (…, N, dim)
+        return self.mlp(self.projector(cond))
+
+
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor) -> torch.Tensor:
     """AdaLN: ``x * (1 + scale) + shift``, given ``1 + scale`` (see :meth:`CausalDiT.conditioning`)."""
     return torch.addcmul(shift, x, scale_plus_one)
@@ -300,6 +326,7 @@ class CausalDiT(nn.Module):
         self.pos_embed = nn.Parameter(torch.randn(cfg.tokens_per_frame, d) * 0.02)
         self.noise_embed = NoiseLevelEmbedding(d, cfg.freq_dim)
         self.cond_embed = ConditionEmbedding(d)
+        self.grounding_embed = GroundingEmbedding(cfg) if cfg.grounding == "projected" else None
         self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.depth))
         self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.final_ada = nn.Sequential(nn.SiLU(), Linear(d, 2 * d))
@@ -332,11 +359,22 @@ class CausalDiT(nn.Module):
             raise ValueError(f"expected latents (..., {', '.join(map(str, want))}) with {frame_dims} leading dims, "
                              f"got {tuple(x.shape)}")
 
+    def set_geometry(self, geometry: dict) -> None:
+        """A grounded DiT's cameras (a :func:`~neuralsim.world_model.grounding.scene_geometry` dict), in its config
+        and its projector."""
+        if self.grounding_embed is None:
+            raise ValueError("this DiT is not grounded (grounding='none'); it has no cameras to set")
+        self.grounding_embed.set_geometry(geometry)  # validates it
+        self.config.geometry = geometry
+
     def conditioning(self, t: torch.Tensor, cond: torch.Tensor) -> "Conditioning":
         """What a pass derives from (noise level, condition) alone: c = embed(t) + MLP(cond) (B, T, D) and
-        from it every block's AdaLN modulation (B, T, 9D) and the head's (shift, 1 + scale) (B, T, 2D)."""
+        from it every block's AdaLN modulation (B, T, 9D) and the head's (shift, 1 + scale) (B, T, 2D); with
+        grounding, the per-token embedding of where the hand projects (B, T, N, D)."""
         c = self.noise_embed(t) + self.cond_embed(cond)
-        return Conditioning([block.modulation(c) for block in self.blocks], self.final_ada(c) + self.final_offset)
+        tokens = None if self.grounding_embed is None else self.grounding_embed(cond)
+        return Conditioning([block.modulation(c) for block in self.blocks], self.final_ada(c) + self.final_offset,
+                            tokens)
 
     def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
              kv_only: bool = False, conditioning: "Conditioning | None" = None) -> torch.Tensor | None:
@@ -348,6 +386,8 @@ class CausalDiT(nn.Module):
         """
         h = self.patch_embed(self.patchify(x)) + self.pos_embed  # (B, T, N, D)
         mods = self.conditioning(t, cond) if conditioning is None else conditioning
+        if mods.tokens is not None:
+            h = h + mods.tokens
         last = len(self.blocks) - 1
         for i, (block, core) in enumerate(zip(self.blocks, temporal_cores)):
             h = block(h, mods.blocks[i], core, kv_only=kv_only and i == last)
@@ -492,8 +532,10 @@ class CausalDiT(nn.Module):
         if pending_conditioning is None:
             pending_conditioning = self.conditioning(torch.zeros(b, 1, device=x.device), pending_cond[:, None])
         pairs = zip(pending_conditioning.blocks, conditioning.blocks)
+        tokens = None if conditioning.tokens is None else torch.cat([pending_conditioning.tokens,
+                                                                     conditioning.tokens], dim=1)
         both = Conditioning([torch.cat([p, c], dim=1) for p, c in pairs],
-                            torch.cat([pending_conditioning.final, conditioning.final], dim=1))
+                            torch.cat([pending_conditioning.final, conditioning.final], dim=1), tokens)
         store: list = []
         v = self._run(torch.stack([pending, x], dim=1), None, None, self._pending_cores(context, store),
                       conditioning=both)[:, 1]
@@ -547,14 +589,16 @@ class CausalDiT(nn.Module):
 @dataclass
 class Conditioning:
     """Per-block AdaLN modulations (B, T, 9D) and the head's (B, T, 2D) of some (noise level, cond) frames,
-    scales already as ``1 + scale``."""
+    scales already as ``1 + scale``; with grounding, the per-token embeddings (B, T, N, D) added to the tokens."""
 
     blocks: list[torch.Tensor]
     final: torch.Tensor
+    tokens: torch.Tensor | None = None
 
     def select(self, index: int) -> "Conditioning":
         """Frame ``index`` along T only (T becomes 1)."""
-        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1])
+        tokens = None if self.tokens is None else self.tokens[:, index:index + 1]
+        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1], tokens)
 
 
 @dataclass

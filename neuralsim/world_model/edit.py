@@ -12,6 +12,8 @@ Each edit keeps every weight it does not name bit for bit, so the DiT's latents 
 * ``decoder_layers_per_block`` -- a shallower or deeper decoder
   (:meth:`~neuralsim.world_model.model.WorldModel.with_decoder_layers`), for a decoder stage to train on;
 * ``reference_head`` -- a fresh reference head of this width (0 removes the head), for ``--head-only`` training;
+* ``grounding`` -- ``projected`` adds geometry-grounded conditioning (the model's scene's cameras) with its last
+  layer at zero, so the model computes what it did until a DiT stage trains it; ``none`` removes it;
 * ``gripper_conditioning``, ``arm_conditioning`` -- the signals the next DiT stage trains on;
 * ``window``, ``denoising_steps`` -- the inference defaults NeuralDROID uses.
 
@@ -48,6 +50,8 @@ class EditConfig:
     reference_head: int | None = field(default=None, metadata={"metavar": "WIDTH"})
     """Replace the reference head by a fresh one this many channels wide (0: no head); it changes no view until
     trained."""
+    grounding: Literal["none", "projected"] | None = None
+    """Add (``projected``, starting as a no-op) or remove (``none``) the DiT's geometry-grounded conditioning."""
     gripper_conditioning: Literal["measured", "command"] | None = None
     """The gripper signal the DiT trains on from now on."""
     arm_conditioning: Literal["measured", "replay"] | None = None
@@ -85,6 +89,10 @@ def edit_model(cfg: EditConfig):
         torch.manual_seed(cfg.seed)
         model.autoencoder.set_reference_head(cfg.reference_head)
         done["reference_head"] = cfg.reference_head
+    if cfg.grounding is not None and cfg.grounding != model.config.dit.grounding:
+        torch.manual_seed(cfg.seed)
+        model = _with_grounding(model, cfg.grounding)
+        done["grounding"] = cfg.grounding
     changes = {name: getattr(cfg, name) for name in ("gripper_conditioning", "arm_conditioning", "window",
                                                      "denoising_steps")
                if getattr(cfg, name) is not None and getattr(cfg, name) != getattr(model.config, name)}
@@ -99,6 +107,22 @@ def edit_model(cfg: EditConfig):
     model.save_pretrained(cfg.out, dtype=torch.float16 if cfg.float16 else None)
     WorldModel.from_pretrained(cfg.out)  # refuses a file that did not come out whole
     return model
+
+
+def _with_grounding(model, grounding: str):
+    """A copy of ``model`` with ``dit.grounding`` set (the cameras of its scene), every shared weight kept; an added
+    grounding embedding is drawn fresh with its last layer at zero."""
+    from .config import WorldModelConfig
+    from .model import WorldModel
+
+    d = model.config.to_dict()
+    d["dit"] = {**d["dit"], "grounding": grounding, "geometry": None}
+    new = WorldModel(WorldModelConfig.from_dict(d)).to(model.device)
+    own = new.state_dict()
+    for name, t in model.state_dict().items():
+        if name in own:
+            own[name].copy_(t)
+    return new.eval()
 
 
 def _with_fresh_dit(model, seed: int):

@@ -376,6 +376,17 @@ class WorldModel(nn.Module):
         self.config.recipe = {**self.config.recipe, **counts, "stages": own_stages + stages}
         return self
 
+    def set_scene(self, scene: str) -> None:
+        """Make this a model of SimDROID scene ``scene`` (``config.scene``).  A grounded DiT whose cameras are its
+        former scene's (``geometry["scene"]``) takes the new scene's; cameras given otherwise are kept."""
+        from .grounding import scene_geometry
+
+        geometry = self.config.dit.geometry
+        if geometry is not None and geometry.get("scene") == self.config.scene and scene != self.config.scene:
+            self.dit.set_geometry(scene_geometry(scene))
+            self.config.dit.geometry = self.dit.config.geometry
+        self.config.scene = scene
+
     @torch.no_grad()
     def with_decoder_layers(self, layers_per_block: int) -> "WorldModel":
         """A copy of this model whose decoder has ``layers_per_block + 1`` ResNets per up block.

@@ -104,8 +104,9 @@ class TrainConfig:
     """The run directory: model/, checkpoint/, metrics.jsonl, samples/."""
     init_from: str | None = None
     """A world-model checkpoint (directory or hub id) to start from, e.g. the previous stage's model/."""
-    config: Literal["default", "tiny"] = "default"
-    """The architecture preset of a model started from scratch (no ``init_from``)."""
+    config: Literal["default", "tiny", "default_grounded", "tiny_grounded"] = "default"
+    """The architecture preset of a model started from scratch (no ``init_from``); ``_grounded``: with
+    geometry-grounded conditioning (``dit.grounding="projected"``)."""
     steps: int = 1000
     """Total optimiser steps of this stage; a resumed run continues up to it."""
     batch_size: int = 8
@@ -295,7 +296,7 @@ def train(cfg: TrainConfig, label: str | None = None) -> dict:
         if wm.recipe.get("stages") and _records_scene(checkpoint / "raw" if checkpoint else cfg.init_from):
             log.warning("%s was trained on the %s scene; this stage trains it on %s data, and it will be a %s model",
                         cfg.init_from or out, wm.scene, scene, scene)
-        wm.scene = scene
+        model.set_scene(scene)  # a grounded DiT also takes the scene's cameras
     run = Run(cfg=cfg, model=model, dataset=dataset, device=device, out=out, checkpoint=checkpoint, rank=rank,
               world=world, local_rank=local_rank, label=label or cfg.stage)
     summary = {"autoencoder": train_autoencoder, "decoder": train_decoder, "dit": train_dit}[cfg.stage](run)
