@@ -158,6 +158,8 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
             "dit_heads": dit.num_heads, "patch_size": dit.patch_size, "cond_dim": dit.cond_dim,
             "gripper_conditioning": config.gripper_conditioning,
             "arm_conditioning": config.arm_conditioning,
+            "grounding": dit.grounding if dit.geometry is None else f"{dit.grounding} ({dit.geometry.get('scene')} "
+                                                                    "cameras)",
         },
         "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
                       "schedule": list(config.schedule)},
@@ -207,7 +209,8 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
            if a.get("reference_head_channels") else ""),
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
         f"pose conditioning {a['cond_dim']}-d (arm: {a.get('arm_conditioning', 'measured')}, "
-        f"gripper: {a.get('gripper_conditioning', 'measured')})",
+        f"gripper: {a.get('gripper_conditioning', 'measured')})"
+        + (f", grounded in the views: {a['grounding']}" if a.get("grounding", "none") != "none" else ""),
         f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
         f"noise levels {', '.join(f'{t:g}' for t in inf['schedule'])}",
     ]

@@ -248,6 +248,7 @@ def test_a_grounded_tiny_model_trains(tmp_path):
 
 def test_model_edit_adds_grounding_without_changing_the_model(tmp_path):
     from neuralsim.world_model.edit import EditConfig, edit_model
+    from neuralsim.world_model.info import checkpoint_info, format_checkpoint_info
 
     torch.manual_seed(0)
     plain = WorldModel(preset("tiny")).eval()
@@ -262,3 +263,7 @@ def test_model_edit_adds_grounding_without_changing_the_model(tmp_path):
     with torch.no_grad():
         assert torch.equal(back.dit(x, t, c), plain.dit(x, t, c))
         assert torch.equal(edited.dit(x, t, c), plain.dit(x, t, c))
+    info = checkpoint_info(tmp_path / "grounded")
+    assert info["architecture"]["grounding"] == "projected (classic cameras)"
+    assert "grounded in the views: projected" in format_checkpoint_info(info)
+    assert "grounded" not in format_checkpoint_info(checkpoint_info(tmp_path / "plain"))
