@@ -165,7 +165,7 @@ class ViewProjector(nn.Module):
         foot = (world[..., -1:, :] - cond[..., None, :3]) @ rot  # (..., 1, 3) in the flange frame
         flange_pts = torch.cat([local[..., :-1, :], foot], dim=-2)
         wr = (flange_pts - self.wrist_pos) @ self.wrist_rot  # (right, up, backward)
-        wr = wr * wr.new_tensor([1.0, 1.0, -1.0])
+        wr = torch.cat([wr[..., :2], -wr[..., 2:]], dim=-1)  # (right, up, forward)
         wr_uv, wr_ahead, wr_depth = _image_points(wr, self.wrist_tan)
         return (torch.cat([ext_uv, wr_uv[..., None, :, :]], dim=-3),
                 torch.cat([ext_ahead, wr_ahead[..., None, :]], dim=-2),
