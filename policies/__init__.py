@@ -23,6 +23,8 @@ name                       policy
 ``"roboarena:HOST:PORT"``  a RoboArena policy server (:mod:`policies.roboarena_client`)
 ``"visuomotor-s<steps>"``  a shipped learned visuomotor checkpoint (:mod:`policies.visuomotor`)
 ``"visuomotor:PATH"``      a visuomotor checkpoint directory (or a hub id in the local cache)
+``"flow-<name>"``          a shipped flow-matching checkpoint (:mod:`policies.flow`; none ships yet)
+``"flow:PATH"``            a flow checkpoint directory (``neuralsim train-flow-policy`` writes them)
 =========================  ==========================================================================
 
 Other keyword arguments go to the policy's constructor.  The websocket adapters and
@@ -80,10 +82,12 @@ def register_policy(name: str, target: str) -> None:
 
 
 def available_policies() -> list[str]:
-    """The name forms :func:`make_policy` accepts, then the shipped visuomotor checkpoints by name."""
-    from .visuomotor.policy import shipped_checkpoints  # a directory listing: no torch
+    """The name forms :func:`make_policy` accepts, then the shipped visuomotor and flow checkpoints by name."""
+    from .flow.policy import shipped_checkpoints as shipped_flow  # directory listings: no torch
+    from .visuomotor.policy import shipped_checkpoints
 
-    return list(_FORMS) + sorted(set(_REGISTRY) - set(_FORMS)) + ["visuomotor:PATH"] + shipped_checkpoints()
+    return (list(_FORMS) + sorted(set(_REGISTRY) - set(_FORMS)) + ["visuomotor:PATH", "flow:PATH"]
+            + shipped_checkpoints() + shipped_flow())
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -119,8 +123,8 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         UnknownPolicyError: the name is not one of :func:`available_policies`.
         TypeError: a scripted policy without ``env=`` (or with a non-SimDROID env).
         MissingDependencyError: a websocket adapter without the ``policies`` extra installed.
-        CheckpointError: a ``visuomotor:PATH`` that is not a checkpoint directory (the message names the training
-            command).
+        CheckpointError: a ``visuomotor:PATH`` / ``flow:PATH`` that is not a checkpoint directory, or a ``flow-...``
+            name that is not shipped (the message names the training command).
     """
     if not isinstance(name, str):
         raise UnknownPolicyError(f"policy name must be a string, got {type(name).__name__}")
@@ -142,6 +146,10 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         from .visuomotor import VisuomotorPolicy
 
         return VisuomotorPolicy.from_pretrained(name.removeprefix("visuomotor:"), **kwargs)
+    if name.startswith(("flow:", "flow-")):  # a shipped name that is not there raises CheckpointError naming them
+        from .flow import FlowPolicy
+
+        return FlowPolicy.from_pretrained(name.removeprefix("flow:"), **kwargs)
     if name in _REGISTRY:
         if name == "scripted" and "env" not in kwargs:
             raise TypeError("scripted policies read SimDROID's privileged state: pass env=<a SimDROID-v0 env>, "
