@@ -40,9 +40,10 @@ class FlowConfig:
     width: int = 16
     """Channels of the trunk's first stage; the four stages have width x (1, 2, 4, 8) (torchvision's ResNet-18:
     64)."""
-    strides: tuple[int, int, int, int] = (1, 2, 2, 1)
-    """Stride of each of the four ResNet stages (after a stride-2 stem): (1, 2, 2, 1) leaves an 8x8 map of a 64 px
-    view for the spatial softmax; torchvision's is (1, 2, 2, 2) after a stride-4 stem."""
+    strides: tuple[int, int, int, int] = (1, 2, 2, 2)
+    """Stride of each of the four ResNet stages after a stride-2 stem (torchvision's; its stem's stride is 4): a 4x4
+    map of a 64 px view for the spatial softmax (robomimic's ResNet-18 leaves 3x3 of 84 px); (1, 2, 2, 1) leaves
+    8x8 at about twice the trunk's cost."""
     keypoints: int = 32
     """Spatial-softmax keypoints per view (a 1x1 convolution maps the last stage to this many channels)."""
     film: bool = True

@@ -14,7 +14,8 @@ The trunk is torchvision's ``resnet18`` block structure (a BasicBlock pair per s
 here with ``torch.nn`` because torchvision is not a dependency; as Diffusion Policy does, every BatchNorm is a
 GroupNorm (groups = channels // 16), and as robomimic does, the global average pool is a spatial softmax.  For 64 px
 views the stem is one stride-2 3x3 convolution (no 7x7 / max-pool) and the stage strides come from the config, so the
-softmax reads an 8x8 map instead of torchvision's 2x2.  Weights start random: no pretrained weights can be fetched.
+softmax reads a 4x4 map by default instead of torchvision's 2x2.  Weights start random: no pretrained weights can be
+fetched.
 
 What the head generates per action is the Cartesian head's target (:mod:`policies.visuomotor.cartesian`: the tool
 point's scaled offset and the hand's rotation vector after the action, relative to the observed pose) and the

@@ -80,7 +80,7 @@ def test_config_refuses_bad_fields_by_name():
     with pytest.raises(CheckpointError, match="unknown fields"):
         FlowConfig.from_json(json.dumps({"width": 8, "depth": 3}))
     cfg = FlowConfig(width=8)
-    assert FlowConfig.from_json(cfg.to_json()) == cfg and cfg.feature_size == 8 and cfg.action_mode == "tool_delta"
+    assert FlowConfig.from_json(cfg.to_json()) == cfg and cfg.feature_size == 4 and cfg.action_mode == "tool_delta"
 
 
 # ----------------------------------------------------------------------------- training
