@@ -648,7 +648,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         ax.set_xlabel("training step" if all(p["step"] is not None for p in pts) else "kept model")
         ax.set_ylabel("follow ratio (1 = as the truth)")
         ax.set_title(f"Following while training: {report['run']}", fontsize=10)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=4, frameon=False)
     else:
         protos = report["protocols"]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -657,8 +657,11 @@ def plot(report: dict[str, Any], path: Path) -> Path:
             phases = ["all", *PHASES]
             width = 0.8 / (len(names) + 1)
             for j, name in enumerate(names):
-                vals = [protos[name]["generated"].get(ph, {}).get(key, {}).get("ratio") for ph in phases]
-                ax.bar(np.arange(len(phases)) + j * width, [np.nan if v is None else v for v in vals], width,
+                entries = [protos[name]["generated"].get(ph, {}).get(key, {}) for ph in phases]
+                vals = np.array([np.nan if e.get("ratio") is None else e["ratio"] for e in entries])
+                ci = np.array([e["ci95"] if e.get("ci95") else [np.nan, np.nan] for e in entries]).T
+                err = np.nan_to_num(np.abs(ci - vals[None]))
+                ax.bar(np.arange(len(phases)) + j * width, vals, width, yerr=err, capsize=2,
                        label=f"{name} generated")
             floor = [protos["rollout_8"]["round_trip"].get(ph, {}).get(key, {}).get("ratio")
                      for ph in phases] if "round_trip" in protos.get("rollout_8", {}) else []
@@ -669,8 +672,9 @@ def plot(report: dict[str, Any], path: Path) -> Path:
             ax.set_xticklabels(phases)
             ax.axhline(1.0, color="grey", lw=0.8)
             ax.axhline(0.0, color="black", lw=0.8)
-            ax.set_title(f"{kind}: follow ratio from true context", fontsize=10)
-            ax.legend(fontsize=7)
+            ax.set_title(f"{kind}: follow ratio from true context (95% intervals)", fontsize=10)
+            ax.set_ylim(min(-0.2, ax.get_ylim()[0]), max(1.3, ax.get_ylim()[1]))
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
         axes[0].set_ylabel("follow ratio (1 = as the truth)")
         fig.suptitle(report.get("checkpoint", ""), fontsize=9)
     fig.tight_layout()
