@@ -29,9 +29,11 @@ from .horizon import HorizonFromMake
 from .neural_droid_core import (
     DEFAULT_CHECKPOINT,
     TRAIN_HINT,
+    ContextWindowError,
     InvalidActionError,
     StepTiming,
     _Core,
+    context_window_range,
     denoising_schedule,
     draw_episode_and_noise_seed,
     inference_schedule,
@@ -43,8 +45,9 @@ from .neural_droid_core import (
 __all__ = [
     "DEFAULT_REWARD_FN", "NeuralDROIDEnv", "NeuralDROIDVectorEnv",
     # neuralsim.envs.neural_droid_core
-    "DEFAULT_CHECKPOINT", "TRAIN_HINT", "InvalidActionError", "StepTiming", "denoising_schedule",
-    "draw_episode_and_noise_seed", "inference_schedule", "load_world_model", "resize_views", "resolve_checkpoint",
+    "DEFAULT_CHECKPOINT", "TRAIN_HINT", "ContextWindowError", "InvalidActionError", "StepTiming",
+    "context_window_range", "denoising_schedule", "draw_episode_and_noise_seed", "inference_schedule",
+    "load_world_model", "resize_views", "resolve_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,9 @@ _COMMON_ARGS = """
             (:data:`DEFAULT_REWARD_FN`, the offline judge once its weights exist).
         context_window: W, frames a new frame attends to (itself included); None = the model's
             ``config.window`` (the shipped model: 32, twice its 16-frame training clip; 16 is faster,
-            docs/FIDELITY.md, "Inference settings").
+            docs/FIDELITY.md, "Inference settings").  2..max(``config.window``, 2 x ``config.clip_length``)
+            (the shipped model: 2..32, see :func:`context_window_range`); others raise
+            :class:`ContextWindowError` (a ValueError).
         denoising_steps: denoising passes per frame, 1..S, on a subset of the trained levels; None = the
             checkpoint's ``config.denoising_steps``, else all S (the shipped model: 4; see :func:`denoising_schedule`).
             2 passes are faster and lose a little at the end of a long episode (docs/FIDELITY.md, "Inference
@@ -91,7 +96,12 @@ _COMMON_ARGS = """
         strict: raise :class:`InvalidActionError` on finite out-of-range actions instead of clipping.
         render_mode: None or ``"rgb_array"`` (the 2x2 collage).
         episodes: the episode set to draw from: None (the shipped 24 SimDROID scenes), a ``.npz``
-            path, an :class:`~neuralsim.envs.episodes.EpisodeSet` or a list of specs."""
+            path, an :class:`~neuralsim.envs.episodes.EpisodeSet` or a list of specs.
+        record_frames: which frames the episode record keeps (see Memory and speed): ``"all"`` (every
+            frame), ``"judge"`` (frame 0, one frame per second and the last: every frame the judges in
+            ``judges/`` sample, so the reward is the same as with ``"all"``; MiraBench's pairwise vote needs
+            ``"all"``) or ``"none"`` (frame 0 and the last).  Frames not kept are black in :meth:`episode` and
+            missing from its ``recorded_frames``."""
 
 
 class NeuralDROIDEnv(HorizonFromMake, gym.Env):
@@ -160,9 +170,12 @@ class NeuralDROIDEnv(HorizonFromMake, gym.Env):
     ## Memory and speed
     The KV cache is preallocated for W frames, so world-model memory is flat over any episode length
     (episodes longer than the training clips keep running).  The episode record (for ``reward_fn`` and
-    :meth:`episode`) grows by three 64x64 frames (37 KB) per step.  The env does not change torch's
-    global state (threads, seeds); on a small shared CPU ``torch.set_num_threads(1)`` may be faster
-    (``python -m benchmarks.throughput --env`` measures it).
+    :meth:`episode`, a :class:`~neuralsim.episode.EpisodeRecorder`) grows by three 64x64 frames (36.9 KB)
+    and 88 bytes of state and action per step (the process's RSS over 5,000 steps: 37 KB per step), and
+    :meth:`episode` is a view of it, not a copy.  For long runs ``record_frames="judge"`` keeps one frame a
+    second, all a judge reads (RSS: 2.7 KB per step), and ``"none"`` the first and the latest frame.  The
+    env does not change torch's global state (threads, seeds); on a small shared CPU
+    ``torch.set_num_threads(1)`` may be faster (``python -m benchmarks.throughput --env`` measures it).
     {args}
 
     ## Example
@@ -180,12 +193,13 @@ class NeuralDROIDEnv(HorizonFromMake, gym.Env):
     def __init__(self, checkpoint=None, reward_fn: str | Callable | None = "default", context_window: int | None = None,
                  denoising_steps: int | None = None, device: str = "cpu", image_size: int | None = None,
                  max_episode_steps: int | None = DEFAULT_MAX_EPISODE_STEPS, action_mode: str = "joint_velocity",
-                 strict: bool = False, render_mode: str | None = None, episodes=None):
+                 strict: bool = False, render_mode: str | None = None, episodes=None, record_frames: str = "all"):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.render_mode = render_mode
         self._core = _Core(1, checkpoint, reward_fn, context_window, denoising_steps, device, image_size,
-                           max_episode_steps, action_mode, strict, episodes, _resolve_reward_fn)
+                           max_episode_steps, action_mode, strict, episodes, _resolve_reward_fn,
+                           record_frames=record_frames)
         self.observation_space, self.action_space = self._core.observation_space, self._core.action_space
 
     @property
@@ -236,7 +250,8 @@ class NeuralDROIDEnv(HorizonFromMake, gym.Env):
         return {k: v[0] for k, v in self._core.observations(np.array([0])).items()}
 
     def episode(self) -> Episode:
-        """The episode so far: native 64x64 frames of the three views, states, applied actions."""
+        """The episode so far: native 64x64 frames of the three views (read-only; black where
+        ``record_frames`` kept none), states, applied actions."""
         return self._core.episode(0)
 
     def render(self):
@@ -282,7 +297,8 @@ class NeuralDROIDVectorEnv(gym.vector.VectorEnv):
                  context_window: int | None = None, denoising_steps: int | None = None, device: str = "cpu",
                  image_size: int | None = None, max_episode_steps: int | None = DEFAULT_MAX_EPISODE_STEPS,
                  action_mode: str = "joint_velocity", strict: bool = False, render_mode: str | None = None,
-                 episodes=None, autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP):
+                 episodes=None, autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+                 record_frames: str = "all"):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         if render_mode not in (None, "rgb_array"):
@@ -296,7 +312,8 @@ class NeuralDROIDVectorEnv(gym.vector.VectorEnv):
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
         self.num_envs, self.render_mode = int(num_envs), render_mode
         self._core = _Core(self.num_envs, checkpoint, reward_fn, context_window, denoising_steps, device, image_size,
-                           max_episode_steps, action_mode, strict, episodes, _resolve_reward_fn)
+                           max_episode_steps, action_mode, strict, episodes, _resolve_reward_fn,
+                           record_frames=record_frames)
         self.single_observation_space = self._core.observation_space
         self.single_action_space = self._core.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)

@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 
 from .. import kinematics as K
-from ..episode import VIEW_NAMES, Episode, collage
+from ..episode import VIEW_NAMES, Episode, EpisodeRecorder, check_record_frames, collage
 from ..rewards import reward_from_result
 from . import adapter as A
 from .episodes import EpisodeSet, EpisodeSpec, default_episodes, load_episodes
@@ -45,6 +45,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 class InvalidActionError(ValueError):
     """An action of the wrong shape, with NaN/inf, or (``strict=True``) outside the action space."""
+
+
+class ContextWindowError(ValueError):
+    """A ``context_window`` that is not an integer in the range its checkpoint supports
+    (:func:`context_window_range`)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,35 @@ def inference_schedule(config, steps: int | None = None) -> tuple[float, ...]:
     return denoising_schedule(config.schedule, config.denoising_steps if steps is None else steps)
 
 
+def context_window_range(config) -> tuple[int, int]:
+    """(lowest, highest) ``context_window`` a checkpoint supports, both included.
+
+    At least 2: the new frame and one committed frame.  At most the larger of the checkpoint's own window
+    (``config.window``) and twice its training clip (``2 * config.clip_length``).  The DiT sees frames up to
+    ``clip_length - 1`` apart in training; at run time its relative RoPE carries it further, and the shipped window,
+    twice the clip, is better than the clip beyond the horizon (docs/FIDELITY.md, "Inference settings").  Wider
+    windows were never measured, and the KV cache and every step's attention grow with the window
+    (``context_window=10000`` on the shipped model: 3.3 GB and 0.4 steps/s after 60 steps).
+    """
+    return 2, max(int(config.window), 2 * int(config.clip_length))
+
+
+def check_context_window(config, context_window) -> int:
+    """The window to run: ``context_window``, or the checkpoint's own (``config.window``) when None.
+
+    Raises :class:`ContextWindowError`, quoting the value and the range, when it is not an integer within
+    :func:`context_window_range`.
+    """
+    low, high = context_window_range(config)
+    window = config.window if context_window is None else context_window
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not low <= window <= high:
+        raise ContextWindowError(
+            f"context_window={context_window!r} is not supported by this checkpoint: give an integer in {low}..{high} "
+            f"(frames the new frame sees, itself included; at most twice the {config.clip_length}-frame training "
+            f"clip or the checkpoint's own window) or None (the checkpoint's {config.window})")
+    return int(window)
+
+
 def resize_views(views, size: int):
     """uint8 torch views (..., H, W, 3) -> (..., size, size, 3), bilinear with antialiasing."""
     import torch
@@ -160,10 +194,11 @@ class _Core:
 
     def __init__(self, num_rows: int, checkpoint, reward_fn, context_window, denoising_steps, device, image_size,
                  max_episode_steps, action_mode, strict, episodes,
-                 resolve_reward: Callable[[Any], Callable | None]):
+                 resolve_reward: Callable[[Any], Callable | None], *, record_frames: str = "all"):
         """``resolve_reward`` turns ``reward_fn`` (a front's argument) into the reward function or None."""
         import torch
 
+        self.record_frames = check_record_frames(record_frames)
         if action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {action_mode!r}")
         if max_episode_steps is not None and (isinstance(max_episode_steps, bool) or int(max_episode_steps) < 1):
@@ -174,15 +209,14 @@ class _Core:
         if not 16 <= self.image_size <= 1024:
             raise ValueError(f"image_size must be in [16, 1024] or None (the model's {self.model_size}), "
                              f"got {image_size!r}")
-        window = self.wm.config.window if context_window is None else context_window
-        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 2:
-            raise ValueError(f"context_window must be an integer >= 2 (frames the new frame sees, itself included) "
-                             f"or None (the model's {self.wm.config.window}), got {context_window!r}")
-        self.window = int(window)
+        self.window = check_context_window(self.wm.config, context_window)
         self.schedule = inference_schedule(self.wm.config, denoising_steps)
         self.num_rows, self.action_mode, self.strict = num_rows, action_mode, bool(strict)
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         self.reward_fn = resolve_reward(reward_fn)
+        if self.reward_fn is not None and self.record_frames == "none":
+            log.warning("record_frames='none' keeps only the first and the last frame: reward_fn %r sees the others "
+                        "black; a judge needs record_frames='judge'", self.reward_fn)
         if episodes is None:  # the layouts of the scene the model was trained on
             episodes = default_episodes(self.wm.config.scene)
         elif isinstance(episodes, (str, Path)):
@@ -200,7 +234,7 @@ class _Core:
         self.steps = np.zeros(num_rows, np.int64)
         self.started = np.zeros(num_rows, bool)
         self.ended = np.zeros(num_rows, bool)
-        self.records: list[dict[str, list]] = [{} for _ in range(num_rows)]
+        self.records: list[EpisodeRecorder | None] = [None] * num_rows
         s = self.model_size
         self.frames = np.zeros((num_rows, len(VIEW_NAMES), s, s, 3), np.uint8)  # latest native frames
         self.obs_views = np.zeros((num_rows, len(VIEW_NAMES), self.image_size, self.image_size, 3), np.uint8)
@@ -252,9 +286,8 @@ class _Core:
             self.generators[r].manual_seed(noise_seeds[i])
             self.specs[r], self.seeds[r] = specs[i], noise_seeds[i]
             self.steps[r], self.started[r], self.ended[r] = 0, True, False
-            self.records[r] = {"frames": [views[i]], "joint_position": [], "gripper_position": [],
-                               "cartesian_position": [], "actions": []}
-            self._record_state(r)
+            self.records[r] = EpisodeRecorder(views[i], *self._state(r), record_frames=self.record_frames,
+                                              fps=K.CONTROL_HZ, horizon=self.max_episode_steps)
             infos.append({"instruction": specs[i].instruction, "episode_name": specs[i].name,
                           "metadata": copy.deepcopy(specs[i].metadata), "conditioning": cond[i].copy(), "step": 0})
         return infos
@@ -290,10 +323,7 @@ class _Core:
         truncated = np.zeros(n, bool) if self.max_episode_steps is None else self.steps[rows] >= self.max_episode_steps
         infos = []
         for i, r in enumerate(rows):
-            rec = self.records[r]
-            rec["frames"].append(views[i])
-            rec["actions"].append(actions[i].astype(np.float32))
-            self._record_state(r)
+            self.records[r].append(views[i], actions[i], *self._state(r))  # copied: torch's buffer is let go
             info = {"instruction": self.specs[r].instruction, "episode_name": self.specs[r].name,
                     "step": int(self.steps[r]), "action_clipped": bool(clipped[i].any()),
                     "clipped_dims": clipped[i].copy(), "joint_limit_hit": hit_limit[i].copy(),
@@ -304,11 +334,10 @@ class _Core:
             infos.append(info)
         return rewards, terminated, truncated, infos
 
-    def _record_state(self, r: int) -> None:
-        rec, q, g = self.records[r], self.joints.joint_position[r], self.joints.gripper_position[r]
-        rec["joint_position"].append(q.astype(np.float32))
-        rec["gripper_position"].append(g.astype(np.float32))
-        rec["cartesian_position"].append(K.forward_kinematics(q).astype(np.float32))
+    def _state(self, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row ``r``'s (joint position (7,), gripper position (1,), flange pose (6,)) for its record."""
+        q = self.joints.joint_position[r]
+        return q, self.joints.gripper_position[r], K.forward_kinematics(q)
 
     def _episode_reward(self, r: int, info: dict) -> float:
         if self.reward_fn is None:
@@ -338,19 +367,12 @@ class _Core:
     def episode(self, r: int) -> Episode:
         if not self.started[r]:
             raise ResetNeeded("no episode recorded yet: call reset() first")
-        rec, spec = self.records[r], self.specs[r]
-        frames = np.stack(rec["frames"])  # (T, 3, S, S, 3)
-        return Episode(
-            frames={v: frames[:, i] for i, v in enumerate(VIEW_NAMES)},
-            joint_position=np.stack(rec["joint_position"]),
-            gripper_position=np.stack(rec["gripper_position"]),
-            cartesian_position=np.stack(rec["cartesian_position"]),
-            actions=np.stack(rec["actions"]) if rec["actions"] else np.zeros((0, 8), np.float32),
-            instruction=spec.instruction, fps=K.CONTROL_HZ,
+        spec = self.specs[r]
+        return self.records[r].episode(
+            spec.instruction,
             metadata={**copy.deepcopy(spec.metadata), "spec_source": spec.metadata.get("source"),
                       "source": "NeuralDROID-v0", "scene": self.wm.config.scene, "episode": spec.name,
-                      "noise_seed": self.seeds[r], "action_mode": self.action_mode},
-        )
+                      "noise_seed": self.seeds[r], "action_mode": self.action_mode})
 
     def collage(self, r: int) -> np.ndarray:
         if not self.started[r]:
