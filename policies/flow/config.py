@@ -40,10 +40,13 @@ class FlowConfig:
     width: int = 16
     """Channels of the trunk's first stage; the four stages have width x (1, 2, 4, 8) (torchvision's ResNet-18:
     64)."""
-    strides: tuple[int, int, int, int] = (1, 2, 2, 2)
-    """Stride of each of the four ResNet stages after a stride-2 stem (torchvision's; its stem's stride is 4): a 4x4
-    map of a 64 px view for the spatial softmax (robomimic's ResNet-18 leaves 3x3 of 84 px); (1, 2, 2, 1) leaves
-    8x8 at about twice the trunk's cost."""
+    stem_stride: int = 4
+    """Downsampling of the stem: 4 is torchvision's (a stride-2 convolution, 3x3 here instead of 7x7, then a stride-2
+    max-pool), 2 leaves out the max-pool (four times the first stages' cost)."""
+    strides: tuple[int, int, int, int] = (1, 2, 2, 1)
+    """Stride of each of the four ResNet stages (torchvision's: (1, 2, 2, 2)). With the stem's 4, (1, 2, 2, 1) leaves
+    a 4x4 map of a 64 px view for the spatial softmax (robomimic's ResNet-18 leaves 3x3 of its 84 px views;
+    torchvision's strides would leave 2x2)."""
     keypoints: int = 32
     """Spatial-softmax keypoints per view (a 1x1 convolution maps the last stage to this many channels)."""
     film: bool = True
@@ -56,8 +59,10 @@ class FlowConfig:
     observation tokens, MLP)."""
     heads: int = 4
     """Attention heads of the flow head; must divide ``dim``."""
-    flow_steps: int = 10
-    """Euler steps from noise to a chunk at inference (pi0: 10)."""
+    flow_steps: int = 5
+    """Euler steps from noise to a chunk at inference (pi0 takes 10); a policy may override it
+    (``FlowPolicy(flow_steps=...)``) without retraining: the network is the same, only the integration changes. At 5
+    the head costs about as much as the trunks at batch 1."""
     embed: int = 32
     """Width of each instruction token's embedding (family, target colour, base colour), concatenated into the
     instruction token."""
@@ -102,7 +107,9 @@ class FlowConfig:
             raise ValueError(f"chunk_size must be in [1, 64], got {self.chunk_size}")
         if len(self.strides) != 4 or any(s not in (1, 2) for s in self.strides):
             raise ValueError(f"strides must be 4 values of 1 or 2, got {self.strides}")
-        if self.image_size // (2 * self.total_stride) < 2:
+        if self.stem_stride not in (2, 4):
+            raise ValueError(f"stem_stride must be 2 or 4, got {self.stem_stride}")
+        if self.feature_size < 2:
             raise ValueError(f"strides {self.strides} leave less than a 2x2 map of a {self.image_size} px view")
         for name in ("width", "keypoints", "dim", "layers", "heads", "flow_steps", "embed"):
             if int(getattr(self, name)) < 1:
@@ -118,7 +125,7 @@ class FlowConfig:
 
     @property
     def total_stride(self) -> int:
-        """Downsampling of the four stages together (the stem's 2 not included)."""
+        """Downsampling of the four stages together (the stem's not included)."""
         out = 1
         for s in self.strides:
             out *= s
@@ -127,7 +134,7 @@ class FlowConfig:
     @property
     def feature_size(self) -> int:
         """Side of the last stage's map, where the spatial softmax runs."""
-        return self.image_size // (2 * self.total_stride)
+        return self.image_size // (self.stem_stride * self.total_stride)
 
     @property
     def stage_widths(self) -> tuple[int, int, int, int]:

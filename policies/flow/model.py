@@ -13,8 +13,8 @@ I/O.  The recipe is robomimic's image encoder with pi0's action head::
 The trunk is torchvision's ``resnet18`` block structure (a BasicBlock pair per stage, widths w x (1, 2, 4, 8)) written
 here with ``torch.nn`` because torchvision is not a dependency; as Diffusion Policy does, every BatchNorm is a
 GroupNorm (groups = channels // 16), and as robomimic does, the global average pool is a spatial softmax.  For 64 px
-views the stem is one stride-2 3x3 convolution (no 7x7 / max-pool) and the stage strides come from the config, so the
-softmax reads a 4x4 map by default instead of torchvision's 2x2.  Weights start random: no pretrained weights can be
+views the stem's convolution is 3x3 (torchvision's: 7x7) and the last stage keeps its resolution (config ``strides``),
+so the softmax reads a 4x4 map instead of torchvision's 2x2.  Weights start random: no pretrained weights can be
 fetched.
 
 What the head generates per action is the Cartesian head's target (:mod:`policies.visuomotor.cartesian`: the tool
@@ -97,7 +97,8 @@ class ResNetTrunk(nn.Module):
     def __init__(self, config: FlowConfig, condition_dim: int) -> None:
         super().__init__()
         widths = config.stage_widths
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 2, 1, bias=False), group_norm(widths[0]), nn.ReLU())
+        stem = [nn.Conv2d(3, widths[0], 3, 2, 1, bias=False), group_norm(widths[0]), nn.ReLU()]
+        self.stem = nn.Sequential(*stem, *([nn.MaxPool2d(3, 2, 1)] if config.stem_stride == 4 else []))
         stages, cin = [], widths[0]
         for cout, stride in zip(widths, config.strides):
             stages.append(nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)))
@@ -107,9 +108,9 @@ class ResNetTrunk(nn.Module):
         self.keypoint_conv = nn.Conv2d(widths[-1], config.keypoints, 1)
 
     def forward(self, image: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:
-        x = self.stem(image * 2 - 1)                            # (B, w, S/2, S/2)
+        x = self.stem(image * 2 - 1)                            # (B, w, S/stem, S/stem)
         for i, stage in enumerate(self.stages):
-            x = stage(x)                                        # (B, w_i, S/2/s_i, ...)
+            x = stage(x)                                        # (B, w_i, ...): strided as config.strides
             if self.films is not None:
                 x = self.films[i](x, condition)
         return spatial_softmax(self.keypoint_conv(x))          # (B, K, 2)
