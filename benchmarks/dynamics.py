@@ -570,6 +570,20 @@ def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]
     return found
 
 
+def measured_snapshots(path: Path, report: dict[str, Any]) -> dict[str, dict]:
+    """The points of an earlier curve report at ``path`` measured the same way (data, episodes, seed, protocol) whose
+    model is a kept snapshot (``snapshots/step_*``, never rewritten), by checkpoint path: re-running a curve as a run
+    goes on measures only its new snapshots (and its changing ``model/``)."""
+    if not path.is_file():
+        return {}
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    same = all(old.get(k) == report[k] for k in ("data", "episodes", "seed", "protocol", "run"))
+    return {p["checkpoint"]: p for p in old.get("curve", []) if same and "/snapshots/step_" in p["checkpoint"]}
+
+
 def run(cfg: Config) -> dict[str, Any]:
     """Measure one checkpoint, or every model of a run (``curve``); write and return the JSON report."""
     import torch
@@ -608,8 +622,12 @@ def run(cfg: Config) -> dict[str, Any]:
         report["headline"] = headline(report["protocols"])
     else:
         report["run"] = cfg.curve
+        done = measured_snapshots(out_path(cfg), report)
         points = []
         for label, step, path in targets:
+            if str(path) in done:  # a kept snapshot never changes: measured once, by an earlier run of this curve
+                points.append(done[str(path)])
+                continue
             wm = first if path == targets[0][2] else load_world_model(str(path))
             log.info("curve: %s (step %s)", label, step)
             protocols = evaluate(wm, episodes, probe, scene, seed=cfg.seed, batch_size=cfg.batch_size,

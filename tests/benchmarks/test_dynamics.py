@@ -144,3 +144,25 @@ def test_bad_inputs_are_refused_by_name(tiny_checkpoint, heldout_split, tmp_path
     assert D.main(["--curve", str(tmp_path / "nowhere"), "--data", str(heldout_split)]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_curve_measures_every_snapshot_once(heldout_split, tmp_path, monkeypatch, capsys):
+    """--curve measures each kept model of a run; run again, it re-measures no snapshot (they never change)."""
+    from neuralsim.world_model.train import TrainConfig, train
+
+    run = tmp_path / "run"
+    train(TrainConfig(stage="dit", objective="step_forcing", data="synthetic:8", out=str(run), config="tiny", steps=4,
+                      batch_size=2, snapshot_every=2, checkpoint_every=2, sample_every=-1, progress=False, warmup=1))
+    out = tmp_path / "curve.json"
+    args = ["--curve", str(run), "--data", str(heldout_split), "--max-episodes", "1", "--no-probe", "--no-progress",
+            "--resamples", "50", "--out", str(out)]
+    assert D.main(args) == 0
+    first = json.loads(out.read_text())["curve"]
+    assert [p["step"] for p in first] == [2, 4]
+    assert all("arm_carry_8" in p for p in first)
+    assert out.with_suffix(".png").is_file()
+    calls = []
+    real = D.evaluate
+    monkeypatch.setattr(D, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert D.main(args) == 0
+    assert calls == [] and json.loads(out.read_text())["curve"] == first
