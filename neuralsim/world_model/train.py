@@ -105,8 +105,8 @@ class TrainConfig:
     init_from: str | None = None
     """A world-model checkpoint (directory or hub id) to start from, e.g. the previous stage's model/."""
     config: Literal["default", "tiny", "default_grounded", "tiny_grounded"] = "default"
-    """The architecture preset of a model started from scratch (no ``init_from``); ``_grounded``: with
-    geometry-grounded conditioning (``dit.grounding="projected"``)."""
+    """The architecture preset of a model started from scratch (no ``init_from``); ``_grounded``: with the
+    conditioning grounded in each view (``dit.grounding="projected"``)."""
     steps: int = 1000
     """Total optimiser steps of this stage; a resumed run continues up to it."""
     batch_size: int = 8
