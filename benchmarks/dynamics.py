@@ -55,7 +55,14 @@ import numpy as np
 
 from neuralsim.episode import VIEW_NAMES
 
-from .fidelity_episodes import EvalEpisode, finished_records, load_split, recorded_conditioning, round_trip_frames
+from .fidelity_episodes import (
+    EvalEpisode,
+    finished_records,
+    load_split,
+    recorded_conditioning,
+    round_trip_frames,
+    row_noise,
+)
 from .results_path import out_help, results_path
 from .stats import bootstrap_ratio_ci, ratio_of_sums
 
@@ -191,7 +198,6 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     from tqdm import tqdm
 
     w_model = wm.config.window
-    d = wm.config.dit
     conds: dict[int, Any] = {}
     latents: dict[int, Any] = {}  # episode -> its true frames' normalised latents
     out: list[np.ndarray | None] = [None] * len(windows)
@@ -232,9 +238,7 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
             frames = np.zeros((b, length + 1, *eps[0].frames.shape[1:]), np.uint8)
             frames[:, 0] = frame_at(0).numpy()
             for t in range(1, length + 1):
-                noise = torch.cat([torch.randn((1, d.num_views, d.latent_channels, d.latent_size, d.latent_size),
-                                               generator=g) for g in gens]).to(wm.device)
-                x = wm.generate(state, noise, cond_at(t))
+                x = wm.generate(state, row_noise(wm, gens), cond_at(t))
                 frames[:, t] = wm.decode(x, state.reference()).cpu().numpy()
         for j, f in zip(batch, frames):
             out[j] = f

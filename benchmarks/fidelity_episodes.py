@@ -144,6 +144,16 @@ def recorded_conditioning(wm, episode: EvalEpisode) -> np.ndarray:
                     gripper=getattr(wm.config, "gripper_conditioning", "measured"), arm="measured")
 
 
+def row_noise(wm, generators):
+    """One standard normal latent frame (V, C, h, w) per batch row, row i drawn from ``generators[i]``: a rollout's
+    noise then depends on its own seed only, not on the rows batched beside it."""
+    import torch
+
+    d = wm.config.dit
+    return torch.cat([torch.randn((1, d.num_views, d.latent_channels, d.latent_size, d.latent_size), generator=g)
+                      for g in generators]).to(wm.device)
+
+
 def open_loop_recorded(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, batch_size: int = 8,
                        context_window: int | None = None, denoising_steps: int | None = None,
                        progress: bool = False) -> list[np.ndarray]:
@@ -162,7 +172,6 @@ def open_loop_recorded(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, ba
 
     window = wm.config.window if context_window is None else int(context_window)
     schedule = inference_schedule(wm.config, denoising_steps)
-    d = wm.config.dit
     out: list[np.ndarray] = []
     bar = tqdm(total=sum(len(e) - 1 for e in episodes), disable=not progress, desc="generating", unit="frame")
     for start in range(0, len(episodes), batch_size):
@@ -180,9 +189,7 @@ def open_loop_recorded(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, ba
         with torch.inference_mode():
             wm.reset(state, torch.arange(b), torch.from_numpy(views), cond_at(0))
             for t in range(1, length):
-                noise = torch.cat([torch.randn((1, d.num_views, d.latent_channels, d.latent_size, d.latent_size),
-                                               generator=g) for g in gens]).to(wm.device)
-                latents = wm.generate(state, noise, cond_at(t).to(wm.device), schedule=schedule)
+                latents = wm.generate(state, row_noise(wm, gens), cond_at(t).to(wm.device), schedule=schedule)
                 frames[:, t] = wm.decode(latents, state.reference()).cpu().numpy()
                 bar.update(sum(t < len(e) for e in chunk))
         out += [frames[i, :len(e)] for i, e in enumerate(chunk)]
