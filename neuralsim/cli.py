@@ -8,7 +8,9 @@ Subcommands (each imports what it needs only when it runs, so ``neuralsim --help
 * ``model info``     -- what a world-model checkpoint holds and how it was trained
   (:mod:`neuralsim.world_model.info`);
 * ``model edit``     -- change a trained model's parts (:mod:`neuralsim.world_model.edit`);
-* ``train``          -- world-model training, a stage or a whole recipe (:mod:`neuralsim.world_model.train`).
+* ``train``          -- world-model training: one stage (:mod:`neuralsim.world_model.train`) or a whole recipe
+  (:mod:`neuralsim.world_model.recipe`, which drives the stages).  ``python -m neuralsim`` is the same command line
+  (what ``torchrun -m neuralsim train ...`` runs on several GPUs).
 
 Other packages add subcommands through the ``neuralsim.commands`` entry-point group (each entry point is a function
 that registers its parser on the subparsers), so ``neuralsim`` never imports them: ``train-policy`` (the
@@ -355,18 +357,34 @@ def _add_train(sub, full: bool = True) -> None:
         p.set_defaults(func=_run_train)
         return
     try:
-        from .world_model.train import configure_parser
+        from .world_model.arguments import add_arguments
+        from .world_model.train import TrainConfig
     except ImportError as e:  # keep the rest of the CLI usable
         p.set_defaults(func=lambda args, err=e: _unavailable("train", err))
         return
-    configure_parser(p)
+    p.add_argument("--recipe", default=argparse.SUPPRESS, metavar="FILE",
+                   help="run a recipe file's stages in order, each resumed or skipped once finished (e.g. "
+                        "neuralsim/world_model/recipes/default.yaml; docs/TRAINING.md); the options given with it "
+                        "apply to every stage")
+    add_arguments(p, TrainConfig)
     p.set_defaults(func=_run_train)
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from .world_model.train import run
+    """``neuralsim train``: a recipe (:func:`~neuralsim.world_model.recipe.run_recipe`, which drives the stages) or
+    one stage (:func:`~neuralsim.world_model.train.train`)."""
+    from .world_model.arguments import given
+    from .world_model.train import TrainConfig, train
 
-    return run(args)
+    options = given(args, TrainConfig)
+    recipe = getattr(args, "recipe", None)
+    if recipe is not None:
+        from .world_model.recipe import run_recipe
+
+        run_recipe(recipe, options)
+    else:
+        train(TrainConfig(**options))
+    return 0
 
 
 def _unavailable(command: str, error: Exception) -> int:

@@ -12,6 +12,6 @@ export MUJOCO_GL="${MUJOCO_GL:-egl}" PYOPENGL_PLATFORM="${PYOPENGL_PLATFORM:-${M
 RECIPE="${RECIPE:-neuralsim/world_model/recipes/default.yaml}"
 OUT="${OUT:-runs/default}"
 if [ -n "${GPUS:-}" ]; then
-  exec torchrun --standalone --nproc_per_node "$GPUS" -m neuralsim.world_model.train --recipe "$RECIPE" --out "$OUT" "$@"
+  exec torchrun --standalone --nproc_per_node "$GPUS" -m neuralsim train --recipe "$RECIPE" --out "$OUT" "$@"
 fi
 exec neuralsim train --recipe "$RECIPE" --out "$OUT" "$@"

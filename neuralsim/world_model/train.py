@@ -1,4 +1,4 @@
-"""Train the world model, one stage at a time or a whole recipe: ``neuralsim train``.
+"""Train one stage of the world model: ``neuralsim train`` (a whole recipe: :mod:`neuralsim.world_model.recipe`).
 
     neuralsim train --recipe neuralsim/world_model/recipes/default.yaml --out runs/default   # the shipped model
     neuralsim train --stage autoencoder --data data/simdroid --out runs/ae --steps 3000            # one stage
@@ -20,8 +20,9 @@ The DiT and decoder stages read latents encoded once per dataset root into ``<da
 (:mod:`neuralsim.world_model.latents`).  Changing a trained model's parts (a shallower decoder, a fresh reference
 head, the conditioning, the inference window) is ``neuralsim model edit`` (:mod:`neuralsim.world_model.edit`).
 
-Several GPUs: ``torchrun --nproc_per_node N -m neuralsim.world_model.train ... --device cuda`` (the trained module is
-wrapped in DDP; rank 0 writes; ``batch_size`` is per process).
+The command line (``neuralsim train``, :mod:`neuralsim.cli`) chooses between a recipe and one stage; the recipe
+drives this module, never the other way round.  Several GPUs: ``torchrun --nproc_per_node N -m neuralsim train ...
+--device cuda`` (the trained module is wrapped in DDP; rank 0 writes; ``batch_size`` is per process).
 """
 
 from __future__ import annotations
@@ -402,42 +403,3 @@ def _method_module(autoencoder, method: str):
             return getattr(self.ae, method)(*args)
 
     return AutoencoderLoss(autoencoder)
-
-
-# ----------------------------------------------------------------------------- command line
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add the ``neuralsim train`` options: ``--recipe`` and one per :class:`TrainConfig` field."""
-    from .arguments import add_arguments
-
-    parser.add_argument("--recipe", default=argparse.SUPPRESS, metavar="FILE",
-                        help="run a recipe file's stages in order, each resumed or skipped once finished (e.g. "
-                             "neuralsim/world_model/recipes/default.yaml; docs/TRAINING.md); the options given with "
-                             "it apply to every stage")
-    add_arguments(parser, TrainConfig)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point of ``neuralsim train``; returns a process exit code."""
-    from .arguments import given
-
-    options = given(args, TrainConfig)
-    recipe = getattr(args, "recipe", None)
-    if recipe is not None:
-        from .recipe import run_recipe
-
-        run_recipe(recipe, options)
-    else:
-        train(TrainConfig(**options))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m neuralsim.world_model.train``: the same as ``neuralsim train`` (what ``torchrun`` runs)."""
-    parser = argparse.ArgumentParser(prog="python -m neuralsim.world_model.train", description=__doc__.split("\n")[0])
-    configure_parser(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

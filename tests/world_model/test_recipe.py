@@ -155,7 +155,7 @@ def test_the_recipe_runs_under_torchrun(tmp_path):
 
     recipe, out = tiny_recipe(tmp_path), tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "neuralsim.world_model.train", "--recipe", str(recipe), "--out", str(out), "--no-progress",
+           "-m", "neuralsim", "train", "--recipe", str(recipe), "--out", str(out), "--no-progress",
            "--num-threads", "1"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from neuralsim.world_model import loop
-from neuralsim.world_model import train as train_mod
 from neuralsim.world_model.model import WorldModel
 from neuralsim.world_model.train import TrainConfig, train
 
@@ -83,17 +82,15 @@ def test_compiled_run_matches_eager_and_resumes_without_compile(tmp_path):
 
 
 def test_cli_autoencoder_then_dit_then_step_forcing(tmp_path):
-    parser = argparse.ArgumentParser()
-    train_mod.configure_parser(parser)
+    from neuralsim.cli import main
+
     common = ["--config", "tiny", "--data", "synthetic:6", "--batch-size", "2", "--no-progress", "--steps", "2",
               "--sample-every", "0"]
-    assert train_mod.run(parser.parse_args(["--stage", "autoencoder", "--out", str(tmp_path / "ae"), *common])) == 0
-    assert train_mod.run(parser.parse_args(["--stage", "dit", "--objective", "diffusion_forcing", "--init-from",
-                                            str(tmp_path / "ae" / "model"), "--out", str(tmp_path / "df"),
-                                            *common])) == 0
-    assert train_mod.run(parser.parse_args(["--stage", "dit", "--objective", "step_forcing", "--init-from",
-                                            str(tmp_path / "df" / "model"), "--out", str(tmp_path / "sf"),
-                                            *common])) == 0
+    assert main(["train", "--stage", "autoencoder", "--out", str(tmp_path / "ae"), *common]) == 0
+    assert main(["train", "--stage", "dit", "--objective", "diffusion_forcing", "--init-from",
+                 str(tmp_path / "ae" / "model"), "--out", str(tmp_path / "df"), *common]) == 0
+    assert main(["train", "--stage", "dit", "--objective", "step_forcing", "--init-from",
+                 str(tmp_path / "df" / "model"), "--out", str(tmp_path / "sf"), *common]) == 0
     wm = WorldModel.from_pretrained(tmp_path / "sf" / "model")
     stages = [s["objective"] for s in wm.config.recipe["stages"]]
     assert stages == ["reconstruction", "diffusion_forcing", "step_forcing"]
@@ -249,7 +246,7 @@ def test_torchrun_ddp_averages_gradients_over_ranks_and_stops_together(tmp_path)
 
     def torchrun(out, *extra):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "neuralsim.world_model.train", "--stage", "dit", "--objective", "step_forcing",
+               "-m", "neuralsim", "train", "--stage", "dit", "--objective", "step_forcing",
                "--config", "tiny", "--data", "synthetic:8", "--out", str(out), "--batch-size", "2", "--warmup", "2",
                "--log-every", "1", "--checkpoint-every", "3", "--sample-every", "-1", "--no-progress",
                "--num-threads", "1", *extra]
