@@ -10,7 +10,8 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
-from ..visuomotor.errors import CheckpointError, PolicyInputError
+from ..checkpoint import CheckpointError
+from ..visuomotor.errors import PolicyInputError
 from .config import FlowConfig
 from .policy import FlowPolicy, resolve_checkpoint, shipped_checkpoints
 

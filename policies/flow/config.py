@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 
 from neuralsim.episode import VIEW_NAMES  # the three DROID camera names
 
-from ..visuomotor.errors import CheckpointError
+from ..checkpoint import CheckpointError
 from ..visuomotor.tokens import COLOURS, FAMILIES
 
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 #: Numbers per action the flow head generates: the tool point's scaled offset (3) and rotation vector (3) after the
 #: action, as :mod:`policies.visuomotor.cartesian` defines them, then the gripper command.
 ACTION_DIM = 7

@@ -28,7 +28,6 @@ missing or unexpected tensors, NaN/inf weights and a config with unknown fields,
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -36,9 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..visuomotor.errors import CheckpointError
+from ..checkpoint import load_folder, save_folder
 from ..visuomotor.model import FiLM, spatial_softmax
-from .config import ACTION_DIM, CONFIG_FILE, WEIGHTS_FILE, FlowConfig
+from .config import ACTION_DIM, FlowConfig
 
 #: The safetensors metadata ``format`` of a flow checkpoint.
 WEIGHTS_FORMAT = "neuralsim-flow-1"
@@ -215,47 +214,14 @@ class FlowNet(nn.Module):
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` and float32 ``model.safetensors`` to ``directory`` (created)."""
-        from safetensors.torch import save_file
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        tensors = {k: t.detach().to("cpu", torch.float32).contiguous() for k, t in self.state_dict().items()}
-        save_file(tensors, str(d / WEIGHTS_FILE), metadata={"format": WEIGHTS_FORMAT})
-        (d / CONFIG_FILE).write_text(self.config.to_json() + "\n")
-        return d
+        return save_folder(self, self.config.to_json(), directory, WEIGHTS_FORMAT)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> "FlowNet":
         """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` naming what is
         wrong."""
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-
-        d = Path(directory)
-        for name in (CONFIG_FILE, WEIGHTS_FILE):
-            if not (d / name).is_file():
-                raise CheckpointError(f"{str(d)!r} has no {name}; a flow checkpoint is {CONFIG_FILE} + {WEIGHTS_FILE}")
-        try:
-            config = FlowConfig.from_json((d / CONFIG_FILE).read_text())
-        except (json.JSONDecodeError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{str(d / CONFIG_FILE)!r} is not a valid flow config: {e}") from e
-        with safe_open(str(d / WEIGHTS_FILE), framework="pt") as f:
-            fmt = (f.metadata() or {}).get("format")
-        if fmt != WEIGHTS_FORMAT:
-            raise CheckpointError(f"{str(d / WEIGHTS_FILE)!r} has format {fmt!r}, not a flow policy's "
-                                  f"{WEIGHTS_FORMAT!r} (a visuomotor checkpoint loads with 'visuomotor:PATH')")
-        model = cls(config)
-        tensors = load_file(str(d / WEIGHTS_FILE), device="cpu")
-        expected = set(model.state_dict())
-        missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-        if missing or unexpected:
-            raise CheckpointError(f"{str(d / WEIGHTS_FILE)!r} does not match its config: missing {missing[:5]}, "
-                                  f"unexpected {unexpected[:5]}")
-        bad = [k for k, t in tensors.items() if not torch.isfinite(t).all()]
-        if bad:
-            raise CheckpointError(f"{str(d / WEIGHTS_FILE)!r} holds NaN/inf in {bad[:5]}")
-        model.load_state_dict(tensors)
-        return model.to(device).eval()
+        return load_folder(directory, "flow", FlowConfig.from_json, cls, device, weights_format=WEIGHTS_FORMAT,
+                           format_hint=" (a visuomotor checkpoint loads with 'visuomotor:PATH')")
 
 
 # ----------------------------------------------------------------------------- sampler

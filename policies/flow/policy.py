@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..visuomotor.errors import CheckpointError
+from ..checkpoint import resolve_folder, shipped_names
 from ..visuomotor.policy import VisuomotorPolicy
 
 log = logging.getLogger(__name__)
@@ -39,9 +39,7 @@ TRAIN_HINT = ("train one with `neuralsim train-flow-policy --data DATA --out run
 
 def shipped_checkpoints() -> list[str]:
     """Names of the flow checkpoints shipped in the package (``policies/flow/weights/NAME``); no torch import."""
-    if not WEIGHTS_DIR.is_dir():
-        return []
-    return sorted(p.name for p in WEIGHTS_DIR.iterdir() if (p / "config.json").is_file())
+    return shipped_names(WEIGHTS_DIR)
 
 
 def resolve_checkpoint(name_or_path: str | Path) -> Path:
@@ -50,23 +48,7 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
     Raises:
         CheckpointError: neither (the message lists the shipped names and the training command).
     """
-    text = str(name_or_path)
-    shipped = WEIGHTS_DIR / text
-    if "/" not in text and (shipped / "config.json").is_file():
-        if not (shipped / "model.safetensors").is_file():
-            raise CheckpointError(f"the shipped flow checkpoint {text!r} has no weights ({shipped}/model.safetensors);"
-                                  f" {TRAIN_HINT}")
-        return shipped
-    path = Path(text).expanduser()
-    if path.is_dir():
-        missing = [f for f in ("config.json", "model.safetensors") if not (path / f).is_file()]
-        if missing:
-            raise CheckpointError(f"{text!r} is a directory without {' and '.join(missing)}, so it holds no trained "
-                                  f"flow checkpoint; {TRAIN_HINT}")
-        return path
-    names = ", ".join(shipped_checkpoints()) or "none ships yet"
-    raise CheckpointError(f"no flow checkpoint {text!r}: not a shipped name ({names}) and not a directory; "
-                          + TRAIN_HINT)
+    return resolve_folder(name_or_path, WEIGHTS_DIR, "flow", TRAIN_HINT)
 
 
 class FlowPolicy(VisuomotorPolicy):

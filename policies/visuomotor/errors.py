@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-
-class CheckpointError(ValueError):
-    """A visuomotor checkpoint that cannot be found or loaded (the message says which file or tensor, and how to
-    train one)."""
+from ..checkpoint import CheckpointError  # noqa: F401  (one error for every learned kind's checkpoints)
 
 
 class PolicyInputError(ValueError):

@@ -40,12 +40,11 @@ from torch import nn
 
 from neuralsim.kinematics import TCP_OFFSET  # SimDROID's tool point along the flange's z axis [m]
 
-from .errors import CheckpointError
+from ..checkpoint import CheckpointError, load_folder, save_folder
 from .tokens import COLOURS, FAMILIES
 
 #: The three DROID camera names a config may choose from.
 VIEW_NAMES = ("exterior_image_1_left", "exterior_image_2_left", "wrist_image_left")
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 #: What the arm part of an action is -> numbers per action: DROID's joint velocities, or the Cartesian head's
 #: tool-point offset and rotation vector (policies.visuomotor.cartesian).
 ACTION_MODES = {"joint_velocity": 7, "tool_delta": 6}
@@ -276,39 +275,10 @@ class VisuomotorNet(nn.Module):
     # ------------------------------------------------------------------ checkpoints
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` and float32 ``model.safetensors`` to ``directory`` (created)."""
-        from safetensors.torch import save_file
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        tensors = {k: t.detach().to("cpu", torch.float32).contiguous() for k, t in self.state_dict().items()}
-        save_file(tensors, str(d / WEIGHTS_FILE), metadata={"format": "neuralsim-visuomotor-1"})
-        (d / CONFIG_FILE).write_text(self.config.to_json() + "\n")
-        return d
+        return save_folder(self, self.config.to_json(), directory, "neuralsim-visuomotor-1")
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> "VisuomotorNet":
         """Load a directory written by :meth:`save_pretrained`; raises :class:`CheckpointError` naming what is
         wrong."""
-        from safetensors.torch import load_file
-
-        d = Path(directory)
-        for name in (CONFIG_FILE, WEIGHTS_FILE):
-            if not (d / name).is_file():
-                raise CheckpointError(f"{str(d)!r} has no {name}; a visuomotor checkpoint is {CONFIG_FILE} + "
-                                      f"{WEIGHTS_FILE}")
-        try:
-            config = VisuomotorConfig.from_json((d / CONFIG_FILE).read_text())
-        except (json.JSONDecodeError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{str(d / CONFIG_FILE)!r} is not a valid visuomotor config: {e}") from e
-        model = cls(config)
-        tensors = load_file(str(d / WEIGHTS_FILE), device="cpu")
-        expected = set(model.state_dict())
-        missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-        if missing or unexpected:
-            raise CheckpointError(f"{str(d / WEIGHTS_FILE)!r} does not match its config: missing {missing[:5]}, "
-                                  f"unexpected {unexpected[:5]}")
-        bad = [k for k, t in tensors.items() if not torch.isfinite(t).all()]
-        if bad:
-            raise CheckpointError(f"{str(d / WEIGHTS_FILE)!r} holds NaN/inf in {bad[:5]}")
-        model.load_state_dict(tensors)
-        return model.to(device).eval()
+        return load_folder(directory, "visuomotor", VisuomotorConfig.from_json, cls, device)

@@ -27,7 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import CheckpointError, PolicyInputError
+from ..checkpoint import resolve_folder, shipped_names
+from .errors import PolicyInputError
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +39,7 @@ TRAIN_HINT = ("train them with `neuralsim train-policy --data DATA --out runs/vi
 
 def shipped_checkpoints() -> list[str]:
     """Names of the checkpoints shipped in the package (``policies/visuomotor/weights/NAME``); no torch import."""
-    if not WEIGHTS_DIR.is_dir():
-        return []
-    return sorted(p.name for p in WEIGHTS_DIR.iterdir() if (p / "config.json").is_file())
+    return shipped_names(WEIGHTS_DIR)
 
 
 def resolve_checkpoint(name_or_path: str | Path) -> Path:
@@ -49,35 +48,7 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
     Raises:
         CheckpointError: none of these (the message lists the shipped names and the training command).
     """
-    text = str(name_or_path)
-    shipped = WEIGHTS_DIR / text
-    if "/" not in text and (shipped / "config.json").is_file():
-        if not (shipped / "model.safetensors").is_file():
-            raise CheckpointError(f"the shipped checkpoint {text!r} has no weights ({shipped}/model.safetensors); "
-                                  + TRAIN_HINT)
-        return shipped
-    path = Path(text).expanduser()
-    if path.is_dir():
-        missing = [f for f in ("config.json", "model.safetensors") if not (path / f).is_file()]
-        if missing:
-            raise CheckpointError(f"{text!r} is a directory without {' and '.join(missing)}, so it holds no trained "
-                                  "visuomotor checkpoint; " + TRAIN_HINT)
-        return path
-    if text.count("/") == 1 and not text.startswith((".", "/", "~")):  # "org/name": a hub id
-        try:
-            from huggingface_hub import snapshot_download
-
-            return Path(snapshot_download(text, local_files_only=True))
-        except ImportError:
-            reason = "huggingface_hub is not installed"
-        except Exception as e:  # noqa: BLE001 -- any hub failure becomes one clear error
-            reason = f"it is not in the local Hugging Face cache ({type(e).__name__})"
-        raise CheckpointError(f"{text!r} is not a local directory and looks like a hub id, but {reason}; this "
-                              "machine cannot download: put the checkpoint (config.json + model.safetensors) in a "
-                              f"directory and pass its path. Shipped checkpoints: {shipped_checkpoints()}")
-    names = ", ".join(shipped_checkpoints()) or "none shipped"
-    raise CheckpointError(f"no visuomotor checkpoint {text!r}: not a shipped name ({names}) and not a directory; "
-                          + TRAIN_HINT)
+    return resolve_folder(name_or_path, WEIGHTS_DIR, "visuomotor", TRAIN_HINT, hub=True)
 
 
 def _image(observation: dict, key: str, size: int) -> np.ndarray:
