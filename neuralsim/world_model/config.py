@@ -28,6 +28,9 @@ DEFAULT_SCHEDULE: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 #: Number of raw conditioning numbers per frame: flange xyz (3) + extrinsic XYZ Euler (3) + gripper (1).
 COND_DIM = 7
 
+#: Numbers of one object's state: position xyz [m] + orientation as a wxyz quaternion (w >= 0).
+OBJECT_DIM = 7
+
 #: Config format version written into every config.json.  Version 1 configs load (:meth:`WorldModelConfig.from_dict`
 #: upgrades them); version 2 dropped the retired options of :data:`RETIRED`.
 FORMAT_VERSION = 2
@@ -140,6 +143,12 @@ class DiTConfig:
     """With ``grounding="projected"``: the cameras and hand points the projection uses
     (:func:`~neuralsim.world_model.grounding.scene_geometry`, its ``scene`` key the scene it came from); None: the
     model's scene's, filled in by :class:`WorldModelConfig`."""
+    num_objects: int = 0
+    """K, the movable objects whose state each frame carries (0: none, pixels only).  With K > 0 every frame has K
+    object tokens after its image tokens, each embedding one object's normalised pose (xyz + wxyz quaternion, w >= 0)
+    and its slot, denoised with the frame under the same objective and fed back in rollouts
+    (:class:`~neuralsim.world_model.dit.ObjectEmbedding`); training data must record the poses
+    (``ground_truth.object_pose``)."""
 
     def __post_init__(self) -> None:
         if self.patch_size < 1 or self.latent_size % self.patch_size:
@@ -161,6 +170,8 @@ class DiTConfig:
                 from .grounding import check_geometry
 
                 check_geometry(self.geometry)
+        if isinstance(self.num_objects, bool) or not isinstance(self.num_objects, int) or self.num_objects < 0:
+            raise ValueError(f"num_objects must be an integer >= 0 (0: no object state), got {self.num_objects!r}")
 
     @property
     def head_dim(self) -> int:
@@ -171,8 +182,14 @@ class DiTConfig:
         return (self.latent_size // self.patch_size) ** 2
 
     @property
-    def tokens_per_frame(self) -> int:
+    def image_tokens_per_frame(self) -> int:
+        """Tokens of a frame's views: the first tokens of every frame."""
         return self.num_views * self.tokens_per_view
+
+    @property
+    def tokens_per_frame(self) -> int:
+        """Every token of a frame: its image tokens, then its ``num_objects`` object tokens."""
+        return self.image_tokens_per_frame + self.num_objects
 
     @property
     def patch_dim(self) -> int:
@@ -269,11 +286,14 @@ class WorldModelConfig:
         return len(self.schedule)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as plain data; an ungrounded DiT's ``grounding`` and ``geometry`` are left out, so its
-        config.json is what it was before the option existed (and older versions read it)."""
+        """The config as plain data; an ungrounded DiT's ``grounding`` and ``geometry`` and a DiT without object
+        state's ``num_objects`` are left out, so its config.json is what it was before those options existed (and
+        older versions read it)."""
         d = dataclasses.asdict(self)
         if d["dit"]["grounding"] == "none":
             del d["dit"]["grounding"], d["dit"]["geometry"]
+        if d["dit"]["num_objects"] == 0:
+            del d["dit"]["num_objects"]
         return d
 
     def to_json(self) -> str:

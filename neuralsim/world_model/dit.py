@@ -6,7 +6,11 @@ spatial attention.  The temporal attention is factorised: each token position at
 position in itself and earlier frames (frame-causal), with RoPE over the frame index on q and k.
 Every sub-layer is AdaLN-Zero modulated by a per-frame condition
 ``c = noise_level_embedding(t) + MLP2(featurise(pose, gripper))``.  With ``grounding="projected"`` each token also
-gets, added to its embedding, an MLP of where the hand projects in its own view (:mod:`.grounding`).
+gets, added to its embedding, an MLP of where the hand projects in its own view (:mod:`.grounding`).  With
+``num_objects = K > 0`` each frame also has K object tokens after its image tokens (:class:`ObjectEmbedding`): they
+share the frame's noise level, attend with the image tokens in the spatial attention and with their own slot in the
+temporal one, and a head of their own predicts their velocity.  Every entry point of such a DiT takes the object
+states beside the latents and returns ``(velocity, object velocity)``.
 
 Entry points (one behaviour each):
 
@@ -28,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import DiTConfig
+from .config import OBJECT_DIM, DiTConfig
 from .grounding import ViewProjector
 from .kv_cache import KVCache, RowIndex
 
@@ -192,6 +196,39 @@ class GroundingEmbedding(nn.Module):
         return self.mlp(self.projector(cond))
 
 
+class ObjectEmbedding(nn.Module):
+    """The K object tokens of a frame: a two-layer MLP of each object's normalised state (xyz, wxyz quaternion; 7
+    numbers) plus a learned embedding of its slot, so the tokens of different objects differ."""
+
+    def __init__(self, cfg: DiTConfig):
+        super().__init__()
+        self.mlp = nn.Sequential(Linear(OBJECT_DIM, cfg.dim), nn.SiLU(), Linear(cfg.dim, cfg.dim))
+        self.slot = nn.Parameter(torch.randn(cfg.num_objects, cfg.dim) * 0.02)
+
+    def forward(self, objects: torch.Tensor) -> torch.Tensor:  # (…, K, 7) -> (…, K, dim)
+        return self.mlp(objects.float()) + self.slot
+
+
+class ObjectReader(nn.Module):
+    """Reads the K objects' normalised states from a clean frame's normalised latents (V, C, h, w): the reset of an
+    episode whose spec has no poses (images only).  Per view a strided convolution and a ReLU, then an MLP of all
+    views' features; trained beside the DiT on each clip's first frame (:func:`~.objectives.object_reader_loss`)."""
+
+    def __init__(self, cfg: DiTConfig, width: int = 32):
+        super().__init__()
+        self.num_objects = cfg.num_objects
+        self.conv = nn.Sequential(nn.Conv2d(cfg.latent_channels, width, 3, padding=1), nn.SiLU(),
+                                  nn.Conv2d(width, width, 3, stride=2, padding=1), nn.SiLU())
+        side = (cfg.latent_size + 1) // 2
+        self.mlp = nn.Sequential(nn.Linear(cfg.num_views * width * side * side, 4 * width), nn.SiLU(),
+                                 nn.Linear(4 * width, cfg.num_objects * OBJECT_DIM))
+
+    def forward(self, latents: torch.Tensor) -> torch.Tensor:  # (b, V, C, h, w) -> (b, K, 7)
+        b, v = latents.shape[:2]
+        feats = self.conv(latents.flatten(0, 1).float()).reshape(b, -1)  # (b, V * width * h/2 * w/2)
+        return self.mlp(feats).view(b, self.num_objects, OBJECT_DIM)
+
+
 def modulate(x: torch.Tensor, shift: torch.Tensor, scale_plus_one: torch.Tensor) -> torch.Tensor:
     """AdaLN: ``x * (1 + scale) + shift``, given ``1 + scale`` (see :meth:`CausalDiT.conditioning`)."""
     return torch.addcmul(shift, x, scale_plus_one)
@@ -323,7 +360,7 @@ class CausalDiT(nn.Module):
         self.config = cfg
         d = cfg.dim
         self.patch_embed = Linear(cfg.patch_dim, d)
-        self.pos_embed = nn.Parameter(torch.randn(cfg.tokens_per_frame, d) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(cfg.image_tokens_per_frame, d) * 0.02)
         self.noise_embed = NoiseLevelEmbedding(d, cfg.freq_dim)
         self.cond_embed = ConditionEmbedding(d)
         self.grounding_embed = GroundingEmbedding(cfg) if cfg.grounding == "projected" else None
@@ -335,6 +372,15 @@ class CausalDiT(nn.Module):
             nn.init.zeros_(m.weight)
             nn.init.zeros_(m.bias)
         self.register_buffer("final_offset", scale_offset(2, (1,), d), persistent=False)
+        # object state (num_objects > 0), drawn after every other part: the image part's initial weights are those
+        # of the same DiT without objects
+        self.object_embed = self.object_out = self.object_reader = None
+        if cfg.num_objects:
+            self.object_embed = ObjectEmbedding(cfg)
+            self.object_out = Linear(d, OBJECT_DIM)  # zero: a fresh object head predicts no motion
+            nn.init.zeros_(self.object_out.weight)
+            nn.init.zeros_(self.object_out.bias)
+            self.object_reader = ObjectReader(cfg)
 
     # -- patchify ---------------------------------------------------------------
     def patchify(self, x: torch.Tensor) -> torch.Tensor:
@@ -359,6 +405,18 @@ class CausalDiT(nn.Module):
             raise ValueError(f"expected latents (..., {', '.join(map(str, want))}) with {frame_dims} leading dims, "
                              f"got {tuple(x.shape)}")
 
+    def _check_objects(self, objects: torch.Tensor | None, lead: tuple[int, ...]) -> None:
+        """Objects (*lead, K, 7) are required by a DiT with object state and refused by one without."""
+        k = self.config.num_objects
+        if k == 0:
+            if objects is not None:
+                raise ValueError("this DiT has no object state (num_objects=0); give no objects")
+            return
+        if objects is None or tuple(objects.shape) != (*lead, k, OBJECT_DIM):
+            got = None if objects is None else tuple(objects.shape)
+            raise ValueError(f"this DiT carries {k} objects: give objects of shape {(*lead, k, OBJECT_DIM)} "
+                             f"(normalised xyz + wxyz quaternion per object), got {got}")
+
     def set_geometry(self, geometry: dict) -> None:
         """A grounded DiT's cameras (a :func:`~neuralsim.world_model.grounding.scene_geometry` dict), in its config
         and its projector."""
@@ -377,8 +435,10 @@ class CausalDiT(nn.Module):
                             tokens)
 
     def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
-             kv_only: bool = False, conditioning: "Conditioning | None" = None) -> torch.Tensor | None:
-        """Shared trunk: x (B, T, V, C, h, w), t (B, T), cond (B, T, 7) -> velocity (B, T, V, C, h, w).
+             kv_only: bool = False, conditioning: "Conditioning | None" = None,
+             objects: torch.Tensor | None = None) -> "Velocity | None":
+        """Shared trunk: x (B, T, V, C, h, w), t (B, T), cond (B, T, 7) [, objects (B, T, K, 7)] -> velocity
+        (B, T, V, C, h, w) [and the objects' (B, T, K, 7)].
 
         ``kv_only``: a commit pass -- every block's temporal keys/values go to its core, and the pass stops
         after the last block's (its attention, MLP and the head would be thrown away); returns None.
@@ -388,17 +448,23 @@ class CausalDiT(nn.Module):
         mods = self.conditioning(t, cond) if conditioning is None else conditioning
         if mods.tokens is not None:
             h = h + mods.tokens
+        if self.object_embed is not None:
+            h = torch.cat([h, self.object_embed(objects)], dim=2)  # (B, T, N + K, D): image tokens, then objects
         last = len(self.blocks) - 1
         for i, (block, core) in enumerate(zip(self.blocks, temporal_cores)):
             h = block(h, mods.blocks[i], core, kv_only=kv_only and i == last)
         if kv_only:
             return None
         shift, scale = split_modulation(mods.final, 2)
-        return self.unpatchify(self.final_out(norm_modulate(self.final_norm, h, shift, scale)))
+        h = norm_modulate(self.final_norm, h, shift, scale)
+        if self.object_out is None:
+            return self.unpatchify(self.final_out(h))
+        n = self.config.image_tokens_per_frame
+        return self.unpatchify(self.final_out(h[:, :, :n])), self.object_out(h[:, :, n:])
 
     # -- training / reference ------------------------------------------------------
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, window: int | None = None,
-                num_sink: int = 0) -> torch.Tensor:
+                num_sink: int = 0, objects: torch.Tensor | None = None) -> "Velocity":
         """Velocity for every frame of a clip.
 
         Args:
@@ -406,11 +472,15 @@ class CausalDiT(nn.Module):
             t: noise levels (B, T) in [0, 1] (0 = clean).
             cond: conditioning vectors (B, T, 7).
             window, num_sink: optional sliding-window mask (see :func:`temporal_mask`); None = full causal.
+            objects: with object state (``num_objects`` K > 0), the noisy normalised object states (B, T, K, 7) at
+                their frame's level; None without.
         Returns:
-            velocity (B, T, V, C, h, w); frame i depends only on frames j allowed by the mask (j <= i).
+            velocity (B, T, V, C, h, w) -- with object state, (velocity, object velocity (B, T, K, 7)); frame i
+            depends only on frames j allowed by the mask (j <= i).
         """
         self._check_latents(x, 2)
         b, t_len = x.shape[:2]
+        self._check_objects(objects, (b, t_len))
         if t.shape != (b, t_len) or cond.shape != (b, t_len, self.config.cond_dim):
             raise ValueError(f"t must be (B, T)=({b}, {t_len}) and cond (B, T, 7); got {tuple(t.shape)}, "
                              f"{tuple(cond.shape)}")
@@ -420,7 +490,7 @@ class CausalDiT(nn.Module):
         def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, mask)
 
-        return self._run(x, t, cond, [core] * len(self.blocks))
+        return self._run(x, t, cond, [core] * len(self.blocks), objects=objects)
 
     # -- cached inference -----------------------------------------------------------
     def read_cache(self, cache: KVCache, rows: RowIndex = None, pending: bool = False) -> "CachedContext":
@@ -510,7 +580,8 @@ class CausalDiT(nn.Module):
     def denoise_with_pending(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, pending: torch.Tensor,
                              pending_cond: torch.Tensor, context: "CachedContext", cache: KVCache,
                              conditioning: "Conditioning | None" = None,
-                             pending_conditioning: "Conditioning | None" = None) -> torch.Tensor:
+                             pending_conditioning: "Conditioning | None" = None, objects: torch.Tensor | None = None,
+                             pending_objects: torch.Tensor | None = None) -> "Velocity":
         """The first denoising pass of a new frame, fused with the commit of the row's pending frame.
 
         One forward over two frames -- the pending frame (clean, t = 0) and the new one at level t --
@@ -519,11 +590,14 @@ class CausalDiT(nn.Module):
         written into ``cache`` (for ``context.rows``) before returning, so later passes and frames see
         it; ``context`` must come from :meth:`read_cache` with ``pending=True``.
 
-        x: (b, V, C, h, w) at level t (b,), cond (b, 7); pending (b, V, C, h, w), pending_cond (b, 7).
-        Returns the new frame's velocity (b, V, C, h, w).
+        x: (b, V, C, h, w) at level t (b,), cond (b, 7); pending (b, V, C, h, w), pending_cond (b, 7); with object
+        state the new frame's objects (b, K, 7) at level t and the pending frame's (clean).
+        Returns the new frame's velocity (b, V, C, h, w) (with object state: and its objects').
         """
         self._check_latents(x, 1)
         self._check_latents(pending, 1)
+        self._check_objects(objects, (x.shape[0],))
+        self._check_objects(pending_objects, (x.shape[0],))
         if context.pair_mask is None:
             raise ValueError("denoise_with_pending needs a context from read_cache(..., pending=True)")
         b = x.shape[0]
@@ -537,10 +611,11 @@ class CausalDiT(nn.Module):
         both = Conditioning([torch.cat([p, c], dim=1) for p, c in pairs],
                             torch.cat([pending_conditioning.final, conditioning.final], dim=1), tokens)
         store: list = []
+        both_objects = None if objects is None else torch.stack([pending_objects, objects], dim=1)
         v = self._run(torch.stack([pending, x], dim=1), None, None, self._pending_cores(context, store),
-                      conditioning=both)[:, 1]
+                      conditioning=both, objects=both_objects)
         self._write_store(store, cache, context.rows, b)
-        return v
+        return frame_of(v, 1)
 
     def _write_store(self, store: list, cache: KVCache, rows: RowIndex, b: int) -> None:
         """Append one committed frame's per-layer (k, v) (b*N, H, Dh) from ``store`` to ``cache`` rows."""
@@ -562,28 +637,43 @@ class CausalDiT(nn.Module):
         return [mods.select(p) for p in range(t.shape[1])]
 
     def denoise(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, context: "CachedContext",
-                conditioning: "Conditioning | None" = None) -> torch.Tensor:
+                conditioning: "Conditioning | None" = None, objects: torch.Tensor | None = None) -> "Velocity":
         """Velocity of one new frame per row, attending to a cache snapshot from :meth:`read_cache`.
 
         x: (b, V, C, h, w) at noise level t (b,); cond (b, 7); ``conditioning``: optional precomputed
-        :meth:`frame_conditioning` entry of this (t, cond).
+        :meth:`frame_conditioning` entry of this (t, cond); ``objects``: with object state, the frame's (b, K, 7)
+        at level t (then the objects' velocity is returned too).
         """
         self._check_latents(x, 1)
-        return self._run(x[:, None], t[:, None], cond[:, None], self._cached_cores(context, None),
-                         conditioning=conditioning)[:, 0]
+        self._check_objects(objects, (x.shape[0],))
+        return frame_of(self._run(x[:, None], t[:, None], cond[:, None], self._cached_cores(context, None),
+                                  conditioning=conditioning, objects=None if objects is None else objects[:, None]), 0)
 
     def commit(self, x: torch.Tensor, cond: torch.Tensor, context: "CachedContext", cache: KVCache,
-               conditioning: "Conditioning | None" = None) -> None:
+               conditioning: "Conditioning | None" = None, objects: torch.Tensor | None = None) -> None:
         """Write the finished frame x (b, V, C, h, w) (clean, t = 0) into ``cache`` for ``context.rows``.
 
-        ``conditioning``: optional precomputed :meth:`frame_conditioning` entry of (t = 0, cond)."""
+        ``conditioning``: optional precomputed :meth:`frame_conditioning` entry of (t = 0, cond); ``objects``: with
+        object state, the frame's clean objects (b, K, 7)."""
         self._check_latents(x, 1)
+        self._check_objects(objects, (x.shape[0],))
         store: list = []
         b = x.shape[0]
         t0 = torch.zeros(b, 1, device=x.device)
         self._run(x[:, None], t0, cond[:, None], self._cached_cores(context, store), kv_only=True,
-                  conditioning=conditioning)
+                  conditioning=conditioning, objects=None if objects is None else objects[:, None])
         self._write_store(store, cache, context.rows, b)
+
+
+#: What the DiT predicts: the latents' velocity, or with object state (velocity, the objects' velocity).
+Velocity = "torch.Tensor | tuple[torch.Tensor, torch.Tensor]"
+
+
+def frame_of(v, index: int):
+    """Frame ``index`` (along T, dim 1) of a :data:`Velocity`."""
+    if isinstance(v, tuple):
+        return v[0][:, index], v[1][:, index]
+    return v[:, index]
 
 
 @dataclass

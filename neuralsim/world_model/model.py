@@ -8,10 +8,14 @@ Usage (what NeuralDROID-v0 calls)::
     views = wm.step(state, cond, generator=g)                   # (B, 7) -> uint8 (B, 3, H, W, 3)
 
 ``cond`` is ``concat(cartesian_position, gripper_position)`` of the frame being produced (flange xyz,
-extrinsic XYZ Euler, gripper in [0, 1]).  Each ``step`` runs S = 4 denoising passes of the new frame
-against the cache -- the first one a two-frame pass that also commits the row's previous frame, which
-stays *pending* until then (:class:`WorldModelState`) -- and decodes the three views.  Same generator
-seed => bit-identical output on CPU.
+extrinsic XYZ Euler, gripper in [0, 1]).  A model with object state (``config.dit.num_objects`` K > 0) also carries
+each row's K object poses frame to frame: ``reset(..., objects=poses)`` starts them from known poses (b, K, 7: xyz
+[m] + wxyz quaternion, world frame), else its object reader infers them from the first views;
+``object_poses(state)`` is the model's belief about the latest frame.
+
+Each ``step`` runs S = 4 denoising passes of the new frame against the cache -- the first one a two-frame pass that
+also commits the row's previous frame, which stays *pending* until then (:class:`WorldModelState`) -- and decodes the
+three views.  Same generator seed => bit-identical output on CPU.
 
 Throughput: ``benchmarks/results/throughput.json`` and docs/FIDELITY.md.  On a CPU shared with another busy
 process, batch-1 inference with several torch threads collapses (OpenMP threads wait on a descheduled peer for
@@ -30,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .autoencoder import ViewAutoencoder
-from .config import WorldModelConfig
+from .config import OBJECT_DIM, WorldModelConfig
 from .dit import CausalDiT
 from .kv_cache import KVCache
 from .sampler import sample_frame_with_pending, sample_noise
@@ -128,6 +133,8 @@ class WorldModelState:
     """uint8 (B, V, H, W, 3): each row's reset views, what a reference head refines against (None: no head)."""
     reference_latents: torch.Tensor | None = None
     """(B, V, C, h, w): their normalised latents."""
+    pending_objects: torch.Tensor | None = None
+    """With object state: (B, K, 7) the pending frame's normalised object states (None: a model without)."""
 
     @property
     def batch_size(self) -> int:
@@ -156,6 +163,9 @@ class WorldModel(nn.Module):
         c = config.autoencoder.latent_channels
         self.register_buffer("latent_mean", torch.zeros(c))
         self.register_buffer("latent_std", torch.ones(c))
+        if config.dit.num_objects:  # fitted on the training data like the latent statistics (set_object_stats)
+            self.register_buffer("object_mean", torch.zeros(OBJECT_DIM))
+            self.register_buffer("object_std", torch.ones(OBJECT_DIM))
 
     @property
     def device(self) -> torch.device:
@@ -178,6 +188,69 @@ class WorldModel(nn.Module):
         flat = latents.transpose(0, -3).reshape(c, -1) if latents.ndim > 3 else latents.reshape(c, -1)
         self.latent_mean.copy_(flat.mean(dim=1).to(self.latent_mean))
         self.latent_std.copy_(flat.std(dim=1).clamp_min(1e-4).to(self.latent_std))
+
+    # ------------------------------------------------------------------ object states
+    @property
+    def num_objects(self) -> int:
+        """K, the objects each frame carries (0: a model without object state)."""
+        return self.config.dit.num_objects
+
+    def normalise_objects(self, poses: torch.Tensor) -> torch.Tensor:
+        """Object poses (..., K, 7) [xyz m, wxyz quaternion] -> the DiT's normalised states: each quaternion with
+        w >= 0 (q and -q are one rotation), then per number ``(p - object_mean) / object_std``."""
+        poses = torch.as_tensor(poses, dtype=torch.float32, device=self.device)
+        sign = torch.where(poses[..., 3:4] < 0, -1.0, 1.0)
+        poses = torch.cat([poses[..., :3], poses[..., 3:] * sign], dim=-1)
+        return (poses - self.object_mean) / self.object_std
+
+    def denormalise_objects(self, states: torch.Tensor) -> torch.Tensor:
+        """Normalised object states (..., K, 7) -> poses [xyz m, unit wxyz quaternion with w >= 0]."""
+        poses = states * self.object_std + self.object_mean
+        quat = F.normalize(poses[..., 3:], dim=-1)
+        return torch.cat([poses[..., :3], quat * torch.where(quat[..., :1] < 0, -1.0, 1.0)], dim=-1)
+
+    @torch.no_grad()
+    def set_object_stats(self, poses: torch.Tensor) -> None:
+        """Per-number mean/std of object poses (..., 7) from the training data (over frames and objects; quaternions
+        taken with w >= 0).  The std is floored at 1 cm and 0.05, so a number that hardly varies in the data (a flat
+        cube's x/y quaternion parts) is not blown up."""
+        self.object_mean.zero_()
+        self.object_std.fill_(1.0)
+        flat = self.normalise_objects(poses).reshape(-1, OBJECT_DIM)
+        self.object_mean.copy_(flat.mean(0))
+        floor = torch.tensor([0.01] * 3 + [0.05] * 4, device=self.device)
+        self.object_std.copy_(torch.maximum(flat.std(0), floor))
+
+    @torch.no_grad()
+    def read_objects(self, latents: torch.Tensor) -> torch.Tensor:
+        """The object reader's normalised object states (b, K, 7) from clean normalised latents (b, V, C, h, w)."""
+        if self.dit.object_reader is None:
+            raise ValueError("this model has no object state (num_objects=0)")
+        return self.dit.object_reader(latents.to(self.device))
+
+    def object_poses(self, state: WorldModelState, rows=None) -> torch.Tensor | None:
+        """The model's belief about the latest frame's object poses: (b, K, 7) [xyz m, unit wxyz quaternion, world
+        frame] of ``rows`` (all if None); None for a model without object state."""
+        if state.pending_objects is None:
+            return None
+        o = state.pending_objects if rows is None else state.pending_objects[torch.as_tensor(rows).reshape(-1)]
+        return self.denormalise_objects(o)
+
+    def _objects_of(self, objects, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised object states of a frame: of ``objects`` (poses (b, K, 7)) if given, else read from its
+        ``latents``."""
+        if objects is None:
+            return self.read_objects(latents)
+        k = self.num_objects
+        objects = torch.as_tensor(objects, dtype=torch.float32)
+        if tuple(objects.shape) != (latents.shape[0], k, OBJECT_DIM):
+            raise ValueError(f"objects must be ({latents.shape[0]}, {k}, {OBJECT_DIM}) = (rows, objects, xyz + wxyz), "
+                             f"got {tuple(objects.shape)}")
+        return self.normalise_objects(objects)
+
+    def _no_objects_unless_carried(self, objects) -> None:
+        if objects is not None and not self.num_objects:
+            raise ValueError("this model has no object state (num_objects=0); give no objects")
 
     @torch.no_grad()
     def encode(self, views: torch.Tensor) -> torch.Tensor:
@@ -214,10 +287,11 @@ class WorldModel(nn.Module):
             s = self.config.autoencoder.image_size
             ref_views = torch.zeros(batch_size, cfg.num_views, s, s, 3, dtype=torch.uint8, device=device)
             ref_latents = torch.zeros(batch_size, *frame, device=device)
+        objects = torch.zeros(batch_size, cfg.num_objects, OBJECT_DIM, device=device) if cfg.num_objects else None
         return WorldModelState(cache=cache, pending=torch.zeros(batch_size, *frame, device=device),
                                pending_cond=torch.zeros(batch_size, cfg.cond_dim, device=device),
                                has_pending=torch.zeros(batch_size, dtype=torch.bool),
-                               reference_views=ref_views, reference_latents=ref_latents)
+                               reference_views=ref_views, reference_latents=ref_latents, pending_objects=objects)
 
     def _cond(self, cond: torch.Tensor, rows: int) -> torch.Tensor:
         cond = torch.as_tensor(cond, dtype=torch.float32, device=self.device)
@@ -228,7 +302,7 @@ class WorldModel(nn.Module):
 
     @torch.inference_mode()
     def reset(self, state: WorldModelState, env_ids, first_views: torch.Tensor, cond: torch.Tensor,
-              generator: torch.Generator | None = None) -> None:
+              generator: torch.Generator | None = None, objects: torch.Tensor | None = None) -> None:
         """Start new episodes in rows ``env_ids``: forget their cache, encode frame 0 (their pending frame).
 
         Args:
@@ -236,6 +310,8 @@ class WorldModel(nn.Module):
             first_views: uint8 (b, V, H, W, 3), the initial views of those rows.
             cond: (b, 7), the conditioning vector of frame 0.
             generator: unused (frame 0 is given, not sampled); kept for a uniform signature.
+            objects: a model with object state: frame 0's object poses (b, K, 7) [xyz m, wxyz quaternion, world
+                frame] when known (a SimDROID spec's); None: the object reader infers them from the views.
         """
         rows = torch.arange(state.batch_size) if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long)
         rows = rows.reshape(-1)
@@ -243,15 +319,16 @@ class WorldModel(nn.Module):
         if first_views.dtype != torch.uint8 or first_views.shape[0] != rows.numel():
             raise ValueError(f"first_views must be uint8 ({rows.numel()}, V, H, W, 3), got {first_views.dtype} "
                              f"{tuple(first_views.shape)}")
-        self.reset_latents(state, rows, self.encode(first_views), cond, views=first_views)
+        self.reset_latents(state, rows, self.encode(first_views), cond, views=first_views, objects=objects)
 
     @torch.inference_mode()
     def reset_latents(self, state: WorldModelState, env_ids, latents: torch.Tensor, cond: torch.Tensor,
-                      views: torch.Tensor | None = None) -> None:
+                      views: torch.Tensor | None = None, objects: torch.Tensor | None = None) -> None:
         """:meth:`reset` from frame 0's normalised latents (b, V, C, h, w) instead of its views (e.g. latents
         already encoded into a :class:`~neuralsim.world_model.latents.LatentStore`).  ``views``: frame 0's
         uint8 views, the reference of a model with a reference head (None: the latents decoded, a blurrier
-        reference)."""
+        reference).  ``objects``: as in :meth:`reset`."""
+        self._no_objects_unless_carried(objects)
         rows = torch.arange(state.batch_size) if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long)
         rows = rows.reshape(-1)
         cfg = self.config.dit
@@ -263,6 +340,9 @@ class WorldModel(nn.Module):
         state.pending[rows.to(state.pending.device)] = latents.to(state.pending.device, state.pending.dtype)
         state.pending_cond[rows.to(state.pending.device)] = cond
         state.has_pending[rows] = True
+        if state.pending_objects is not None:
+            state.pending_objects[rows.to(state.pending_objects.device)] = self._objects_of(objects, latents).to(
+                state.pending_objects.device)
         if state.reference_views is not None:
             if views is None:
                 views = self.decode(latents)
@@ -279,45 +359,62 @@ class WorldModel(nn.Module):
         cfg = self.config.dit
         noise = sample_noise((b, cfg.num_views, cfg.latent_channels, cfg.latent_size, cfg.latent_size), generator,
                              self.device)
-        return self.generate(state, noise, cond)
+        object_noise = sample_noise((b, cfg.num_objects, OBJECT_DIM), generator, self.device) if cfg.num_objects \
+            else None
+        return self.generate(state, noise, cond, object_noise=object_noise)
 
     @torch.inference_mode()
     def generate(self, state: WorldModelState, noise: torch.Tensor, cond: torch.Tensor,
-                 rows: torch.Tensor | None = None, schedule: tuple[float, ...] | None = None) -> torch.Tensor:
+                 rows: torch.Tensor | None = None, schedule: tuple[float, ...] | None = None,
+                 object_noise: torch.Tensor | None = None) -> torch.Tensor:
         """Generate the next frame of ``rows`` (all if None) from their ``noise`` (b, V, C, h, w) and
         ``cond`` (b, 7); commits their pending frames, and the new frames become pending.  Returns the
         normalised latents (b, V, C, h, w).  ``schedule``: noise levels (default: the config's).  What
-        :meth:`step_latents` and NeuralDROID's step call."""
+        :meth:`step_latents` and NeuralDROID's step call.
+
+        With object state the frame's objects are denoised with it from ``object_noise`` (b, K, 7; None: zeros,
+        the noise's mean) and kept in ``state`` (:meth:`object_poses`)."""
         r = torch.arange(state.batch_size) if rows is None else torch.as_tensor(rows, dtype=torch.long).reshape(-1)
         missing = r[~state.has_pending[r]]
         if missing.numel():
             raise RuntimeError(f"rows {missing.tolist()} have no context frame; call reset() for them first")
         cond = self._cond(cond, r.numel())
         if rows is None:
-            pending, pending_cond = state.pending, state.pending_cond
+            pending, pending_cond, pending_objects = state.pending, state.pending_cond, state.pending_objects
         else:
             rd = r.to(state.pending.device)
             pending, pending_cond = state.pending[rd], state.pending_cond[rd]
+            pending_objects = None if state.pending_objects is None else state.pending_objects[rd]
         schedule = self.config.schedule if schedule is None else schedule
+        if pending_objects is not None and object_noise is None:
+            object_noise = torch.zeros_like(pending_objects)
+        self._no_objects_unless_carried(object_noise)
         x = sample_frame_with_pending(self.dit, noise.to(self.device), schedule, cond, state.cache,
-                                      pending, pending_cond, rows=None if rows is None else r)
+                                      pending, pending_cond, rows=None if rows is None else r,
+                                      object_noise=None if object_noise is None else object_noise.to(self.device),
+                                      pending_objects=pending_objects)
+        x, objects = x if isinstance(x, tuple) else (x, None)
         if rows is None:
             state.pending.copy_(x)
             state.pending_cond.copy_(cond)
         else:
             state.pending[rd] = x
             state.pending_cond[rd] = cond
+        if objects is not None:
+            state.pending_objects[slice(None) if rows is None else rd] = objects
         return x
 
     @torch.inference_mode()
     def observe(self, state: WorldModelState, latents: torch.Tensor, cond: torch.Tensor,
-                rows: torch.Tensor | None = None) -> None:
+                rows: torch.Tensor | None = None, objects: torch.Tensor | None = None) -> None:
         """Teacher forcing: the next frame of ``rows`` (all if None) is *given*, not generated.
 
         Commits their pending frames into the cache (one DiT pass at t = 0) and makes ``latents`` (b, V, C, h, w),
         normalised (:meth:`encode`), with ``cond`` (b, 7) their new pending frames, exactly where :meth:`generate`
         would have put a generated frame.  So a rollout can start from several true context frames (the dynamics
-        benchmark), and observing the frames a rollout generated reproduces that rollout's state."""
+        benchmark), and observing the frames a rollout generated reproduces that rollout's state.  ``objects``: with
+        object state, the given frame's object poses (b, K, 7) (None: read from ``latents`` by the object reader)."""
+        self._no_objects_unless_carried(objects)
         r = torch.arange(state.batch_size) if rows is None else torch.as_tensor(rows, dtype=torch.long).reshape(-1)
         missing = r[~state.has_pending[r]]
         if missing.numel():
@@ -329,9 +426,12 @@ class WorldModel(nn.Module):
         cond = self._cond(cond, r.numel())
         rd = r.to(state.pending.device)
         context = self.dit.read_cache(state.cache, None if rows is None else r)
-        self.dit.commit(state.pending[rd], state.pending_cond[rd], context, state.cache)
+        pending_objects = None if state.pending_objects is None else state.pending_objects[rd]
+        self.dit.commit(state.pending[rd], state.pending_cond[rd], context, state.cache, objects=pending_objects)
         state.pending[rd] = latents.to(state.pending.device, state.pending.dtype)
         state.pending_cond[rd] = cond
+        if state.pending_objects is not None:
+            state.pending_objects[rd] = self._objects_of(objects, latents.to(self.device))
 
     @torch.inference_mode()
     def step(self, state: WorldModelState, cond: torch.Tensor,

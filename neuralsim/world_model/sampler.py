@@ -2,7 +2,9 @@
 
 Path: ``x_t = t * eps + (1 - t) * x`` with t = 1 pure noise and t = 0 clean; the network predicts the
 velocity ``v = dx_t/dt = eps - x``.  Inference walks t_S = 1 -> t_{S-1} -> ... -> t_0 = 0 with Euler
-steps (:func:`euler_step`), then commits the clean frame into the KV cache.
+steps (:func:`euler_step`), then commits the clean frame into the KV cache.  A DiT with object state denoises each
+frame's objects jointly with its latents (same levels, same steps): give ``object_noise`` (b, K, 7) and get
+``(latents, objects)`` back.
 """
 
 from __future__ import annotations
@@ -37,9 +39,17 @@ def sample_noise(shape: Sequence[int], generator: torch.Generator | None, device
     return torch.randn(tuple(shape), generator=generator, device=gen_device, dtype=dtype).to(device)
 
 
+def _euler_frame(x: torch.Tensor, objects: torch.Tensor | None, v, t_from: float, t_to: float):
+    """:func:`euler_step` of a frame's latents and, with object state (``v`` a pair), its objects."""
+    if objects is None:
+        return euler_step(x, v, t_from, t_to), None
+    return euler_step(x, v[0], t_from, t_to), euler_step(objects, v[1], t_from, t_to)
+
+
 @torch.no_grad()
 def sample_frame(model: CausalDiT, noise: torch.Tensor, schedule: Sequence[float], cond: torch.Tensor,
-                 cache: KVCache, rows: RowIndex = None, commit: bool = True) -> torch.Tensor:
+                 cache: KVCache, rows: RowIndex = None, commit: bool = True,
+                 object_noise: torch.Tensor | None = None):
     """Generate one frame per row: S denoising passes reading ``cache``, then (optionally) commit it.
 
     Args:
@@ -48,32 +58,35 @@ def sample_frame(model: CausalDiT, noise: torch.Tensor, schedule: Sequence[float
         schedule: t_1 < ... < t_S = 1 (t_0 = 0 implicit).
         cond: (b, 7) conditioning vector of the new frame.
         cache: the KV cache of the rows; read by every pass, written once by the commit pass.
+        object_noise: with object state, the objects at t = 1 (b, K, 7); None without.
     Returns:
-        the clean latent frame (b, V, C, h, w) (normalised latent space).
+        the clean latent frame (b, V, C, h, w) (normalised latent space); with object state (latents, objects).
     """
     ts = [0.0] + [float(t) for t in schedule]
     context = model.read_cache(cache, rows)
     conditioning = model.frame_conditioning(ts, cond)  # entry k: noise level ts[k]; 0 is the commit pass's
-    x = noise
+    x, o = noise, object_noise
     for k in range(len(ts) - 1, 0, -1):
         t = torch.full((x.shape[0],), ts[k], device=x.device)
-        v = model.denoise(x, t, cond, context, conditioning[k])
-        x = euler_step(x, v, ts[k], ts[k - 1])
+        v = model.denoise(x, t, cond, context, conditioning[k], objects=o)
+        x, o = _euler_frame(x, o, v, ts[k], ts[k - 1])
     if commit:
-        model.commit(x, cond, context, cache, conditioning[0])
-    return x
+        model.commit(x, cond, context, cache, conditioning[0], objects=o)
+    return x if o is None else (x, o)
 
 
 @torch.no_grad()
 def sample_frame_with_pending(model: CausalDiT, noise: torch.Tensor, schedule: Sequence[float], cond: torch.Tensor,
                               cache: KVCache, pending: torch.Tensor, pending_cond: torch.Tensor,
-                              rows: RowIndex = None) -> torch.Tensor:
+                              rows: RowIndex = None, object_noise: torch.Tensor | None = None,
+                              pending_objects: torch.Tensor | None = None):
     """:func:`sample_frame` for rows whose previous frame is still pending (generated, not yet committed).
 
     The first denoising pass also commits the pending frame (``pending`` (b, V, C, h, w) with its
     ``pending_cond`` (b, 7)) into ``cache`` (:meth:`CausalDiT.denoise_with_pending`); the new frame is
     *not* committed -- it becomes the caller's next pending frame.  Same frames as :func:`sample_frame`
-    with ``commit=True`` (to float rounding) with one DiT pass fewer per frame.
+    with ``commit=True`` (to float rounding) with one DiT pass fewer per frame.  With object state also the
+    new frame's ``object_noise`` (b, K, 7) and the pending frame's ``pending_objects``; returns (latents, objects).
     """
     ts = [0.0] + [float(t) for t in schedule]
     context = model.read_cache(cache, rows, pending=True)
@@ -82,13 +95,13 @@ def sample_frame_with_pending(model: CausalDiT, noise: torch.Tensor, schedule: S
     conds = torch.cat([pending_cond[:, None], cond[:, None].expand(-1, len(ts) - 1, -1)], dim=1)
     conditioning = model.frame_conditioning(ts, conds)
     pending_conditioning = conditioning[0]
-    x = noise
+    x, o = noise, object_noise
     for k in range(len(ts) - 1, 0, -1):
         t = torch.full((x.shape[0],), ts[k], device=x.device)
         if k == len(ts) - 1:
             v = model.denoise_with_pending(x, t, cond, pending, pending_cond, context, cache, conditioning[k],
-                                           pending_conditioning)
+                                           pending_conditioning, objects=o, pending_objects=pending_objects)
         else:
-            v = model.denoise(x, t, cond, context, conditioning[k])
-        x = euler_step(x, v, ts[k], ts[k - 1])
-    return x
+            v = model.denoise(x, t, cond, context, conditioning[k], objects=o)
+        x, o = _euler_frame(x, o, v, ts[k], ts[k - 1])
+    return x if o is None else (x, o)

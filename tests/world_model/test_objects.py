@@ -1,0 +1,227 @@
+"""Object state inside the model (``DiTConfig.num_objects``): a model without it computes what it did before the
+option existed; object tokens round-trip through save/load and the KV cache; training, the reset reader, model edit
+and the env's belief."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from neuralsim.world_model.config import WorldModelConfig, preset
+from neuralsim.world_model.model import WorldModel
+from neuralsim.world_model.sampler import euler_step, sample_frame
+
+from .conftest import conds, latents, randomise
+
+BEFORE = Path(__file__).parent / "data" / "before_object_state.json"
+K = 2
+
+
+def _close_to(t: torch.Tensor, rec: dict) -> None:
+    """``t`` against a record of the code before object state (:data:`BEFORE`): its sum, absolute sum and 64 values
+    spread over it.  Bit for bit on the machine that recorded them; 1e-5 leaves room for another CPU's kernels."""
+    f = t.detach().double().flatten()
+    idx = torch.linspace(0, f.numel() - 1, 64).round().long()
+    assert f[idx].tolist() == pytest.approx(rec["values"], rel=1e-5, abs=1e-5)
+    assert float(f.sum()) == pytest.approx(rec["sum"], rel=1e-5, abs=1e-4)
+    assert float(f.abs().sum()) == pytest.approx(rec["abs_sum"], rel=1e-5)
+
+
+def test_a_model_without_object_state_computes_what_it_did_before_the_option():
+    """Recorded with the code before ``num_objects`` existed: a fresh tiny model's initial weights, its forward,
+    its generate/observe rollout, both objectives' losses and the shipped checkpoint's first latents."""
+    from neuralsim.world_model.objectives import diffusion_forcing_loss, step_forcing_loss
+
+    from .test_checkpoint_format import SHIPPED
+
+    rec = json.loads(BEFORE.read_text())
+    torch.manual_seed(0)
+    wm = WorldModel(preset("tiny")).eval()
+    assert "num_objects" not in wm.config.to_dict()["dit"]  # its config.json is written as before
+    sums = {k: float(v.double().sum()) for k, v in wm.state_dict().items()}
+    assert sums.keys() == rec["tiny_fresh_state_sum"].keys()
+    assert list(sums.values()) == pytest.approx(list(rec["tiny_fresh_state_sum"].values()), rel=1e-6, abs=1e-6)
+    randomise(wm.dit, 0)
+    x, c = latents(wm.config, 2, 5), conds(2, 5)
+    t = torch.rand(2, 5, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        _close_to(wm.dit(x, t, c), rec["tiny_forward"])
+    state = wm.new_state(2, window=3)
+    views = torch.randint(0, 256, (2, 3, 16, 16, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(9))
+    wm.reset(state, None, views, conds(2, seed=11))
+    frames = []
+    for n in range(5):
+        if n == 2:
+            wm.observe(state, latents(wm.config, 2, seed=50), conds(2, seed=51))
+        frames.append(wm.generate(state, latents(wm.config, 2, seed=100 + n), conds(2, seed=200 + n)))
+    _close_to(torch.stack(frames), rec["tiny_generate"])
+
+    ship = WorldModel.from_pretrained(SHIPPED).eval()
+    state = ship.new_state(1)
+    with np.load("neuralsim/assets/episodes/default.npz", allow_pickle=False) as f:
+        v0 = torch.from_numpy(f["views"][:1])
+    from neuralsim import kinematics as Kin
+
+    def cond(i):
+        q = Kin.RESET_JOINT_POSITION + 0.02 * i * np.array([1, -1, 1, 0.5, -0.5, 1, 0])
+        return torch.tensor(np.concatenate([Kin.forward_kinematics(q), [min(1.0, 0.1 * i)]])[None],
+                            dtype=torch.float32)
+
+    ship.reset(state, [0], v0, cond(0))
+    g = torch.Generator().manual_seed(0)
+    _close_to(torch.stack([ship.step_latents(state, cond(i), g) for i in range(1, 5)]), rec["shipped_step_latents"])
+
+    torch.manual_seed(0)
+    wm2 = WorldModel(preset("tiny"))
+    randomise(wm2.dit, 4)
+    z, cc = latents(wm2.config, 2, 6), conds(2, 6)
+    sf, _ = step_forcing_loss(wm2.dit, z, cc, wm2.config.schedule, torch.Generator().manual_seed(5))
+    df, _ = diffusion_forcing_loss(wm2.dit, z, cc, wm2.config.schedule, torch.Generator().manual_seed(6))
+    assert [float(sf.detach()), float(df.detach())] == pytest.approx(rec["losses"], rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- a tiny model with objects
+def object_config(base: str = "tiny", k: int = K) -> WorldModelConfig:
+    d = preset(base).to_dict()
+    d["dit"]["num_objects"] = k
+    return WorldModelConfig.from_dict(d)
+
+
+def _with_objects(seed: int = 0, base: str = "tiny") -> WorldModel:
+    torch.manual_seed(seed)
+    wm = WorldModel(object_config(base))
+    randomise(wm.dit, seed)
+    with torch.no_grad():
+        wm.object_mean.copy_(torch.tensor([0.5, 0.0, 0.03, 0.9, 0.0, 0.0, 0.1]))
+        wm.object_std.copy_(torch.tensor([0.1, 0.1, 0.02, 0.1, 0.05, 0.05, 0.3]))
+    return wm.eval()
+
+
+def objects(*lead: int, seed: int = 3) -> torch.Tensor:
+    return torch.randn(*lead, K, 7, generator=torch.Generator().manual_seed(seed))
+
+
+def _recompute_frame(dit, history, hist_obj, hist_cond, noise, obj_noise, cond, schedule, window, num_sink):
+    """Reference: every pass recomputes the whole history (clean, t = 0) and its objects with the banded mask."""
+    ts = [0.0] + list(schedule)
+    x, o = noise, obj_noise
+    n = history.shape[1]
+    for k in range(len(ts) - 1, 0, -1):
+        seq, oseq = torch.cat([history, x[:, None]], dim=1), torch.cat([hist_obj, o[:, None]], dim=1)
+        t = torch.zeros(seq.shape[:2])
+        t[:, -1] = ts[k]
+        v, vo = dit(seq, t, torch.cat([hist_cond, cond[:, None]], dim=1), window=window, num_sink=num_sink,
+                    objects=oseq)
+        x, o = euler_step(x, v[:, n], ts[k], ts[k - 1]), euler_step(o, vo[:, n], ts[k], ts[k - 1])
+    return x, o
+
+
+@pytest.mark.parametrize("base", ["tiny", "tiny_grounded"])
+@pytest.mark.parametrize("window,num_sink", [(4, 0), (3, 1)])
+def test_cached_generation_with_objects_equals_full_recompute(base, window, num_sink):
+    """WorldModel.generate (fused pending commit) and observe carry the objects through the KV cache: every frame
+    and its objects equal the full causal DiT over the whole history, before and after the window slides."""
+    wm = _with_objects(base=base)
+    dit, cfg = wm.dit, wm.config
+    assert cfg.dit.tokens_per_frame == cfg.dit.image_tokens_per_frame + K
+    B, steps = 2, 3 * window + 1
+    state = wm.new_state(B, window=window, num_sink=num_sink)
+    s = cfg.autoencoder.image_size
+    views = torch.randint(0, 256, (B, 3, s, s, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(9))
+    c0, poses0 = conds(B, seed=11) * 0.1, wm.denormalise_objects(objects(B, seed=12))
+    wm.reset(state, None, views, c0, objects=poses0)
+    frames, objs, cs = [wm.encode(views)], [wm.normalise_objects(poses0)], [c0]
+    torch.testing.assert_close(wm.object_poses(state), poses0, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        for n in range(1, steps):
+            noise, on, c = latents(cfg, B, seed=100 + n), objects(B, seed=300 + n), conds(B, seed=200 + n) * 0.1
+            if n == 4:  # teacher forcing: a given frame and given objects
+                given, given_poses = latents(cfg, B, seed=7), wm.denormalise_objects(objects(B, seed=8))
+                wm.observe(state, given, c, objects=given_poses)
+                frames.append(given)
+                objs.append(wm.normalise_objects(given_poses))
+                cs.append(c)
+                continue
+            ref, ref_o = _recompute_frame(dit, torch.stack(frames, 1), torch.stack(objs, 1), torch.stack(cs, 1),
+                                          noise, on, c, cfg.schedule, window, num_sink)
+            out = wm.generate(state, noise, c, object_noise=on)
+            assert torch.allclose(out, ref, atol=1e-4, rtol=1e-4), f"frame {n}: {(out - ref).abs().max()}"
+            assert torch.allclose(state.pending_objects, ref_o, atol=1e-4, rtol=1e-4), f"frame {n} objects"
+            frames.append(out)
+            objs.append(ref_o)
+            cs.append(c)
+
+
+def test_separate_commit_sampling_with_objects_equals_full_recompute():
+    """sample_frame (a separate commit pass) with objects: the same frames as the full forward."""
+    wm = _with_objects(1)
+    dit, cfg, B, W = wm.dit, wm.config, 2, 4
+    state = wm.new_state(B, window=W)
+    frames, objs, cs = [latents(cfg, B, seed=1)], [objects(B, seed=2)], [conds(B, seed=3)]
+    with torch.no_grad():
+        dit.commit(frames[0], cs[0], dit.read_cache(state.cache), state.cache, objects=objs[0])
+        for n in range(1, 2 * W):
+            noise, on, c = latents(cfg, B, seed=100 + n), objects(B, seed=300 + n), conds(B, seed=200 + n)
+            ref, ref_o = _recompute_frame(dit, torch.stack(frames, 1), torch.stack(objs, 1), torch.stack(cs, 1),
+                                          noise, on, c, cfg.schedule, W, 0)
+            out, out_o = sample_frame(dit, noise, cfg.schedule, c, state.cache, object_noise=on)
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(out_o, ref_o, atol=1e-4, rtol=1e-4)
+            frames.append(out)
+            objs.append(out_o)
+            cs.append(c)
+
+
+def test_object_tokens_are_read_by_the_image_tokens_and_stay_causal():
+    """Changing frame j's objects changes frame j's image velocity (the spatial attention reads them) and never an
+    earlier frame's; a DiT with objects refuses to run without them."""
+    wm = _with_objects(2)
+    x, c, o = latents(wm.config, 1, 5), conds(1, 5), objects(1, 5)
+    t = torch.full((1, 5), 0.5)
+    with torch.no_grad():
+        v, vo = wm.dit(x, t, c, objects=o)
+        o2 = o.clone()
+        o2[:, 3] += 1.0
+        v2, vo2 = wm.dit(x, t, c, objects=o2)
+    assert torch.equal(v[:, :3], v2[:, :3]) and torch.equal(vo[:, :3], vo2[:, :3])
+    assert not torch.allclose(v[:, 3], v2[:, 3])
+    with pytest.raises(ValueError, match="carries 2 objects"):
+        wm.dit(x, t, c)
+    with pytest.raises(ValueError, match="no object state"):
+        _plain().dit(x, t, c, objects=o)
+
+
+def _plain() -> WorldModel:
+    torch.manual_seed(0)
+    return WorldModel(preset("tiny")).eval()
+
+
+def test_object_model_round_trips_through_save_and_load(tmp_path):
+    wm = _with_objects(3)
+    wm.save_pretrained(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["dit"]["num_objects"] == K
+    back = WorldModel.from_pretrained(tmp_path / "m")
+    assert back.config.to_dict() == wm.config.to_dict()
+    sd, back_sd = wm.state_dict(), back.state_dict()
+    assert sd.keys() == back_sd.keys() and {"object_mean", "object_std", "dit.object_out.weight"} <= set(sd)
+    for k in sd:
+        assert torch.equal(sd[k], back_sd[k]), k
+    x, c, o = latents(wm.config, 1, 3), conds(1, 3), objects(1, 3)
+    t = torch.full((1, 3), 0.5)
+    with torch.no_grad():
+        a, b = wm.dit(x, t, c, objects=o), back.dit(x, t, c, objects=o)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_object_normalisation_round_trips_and_takes_w_positive():
+    wm = _with_objects()
+    q = torch.nn.functional.normalize(torch.randn(5, K, 4, generator=torch.Generator().manual_seed(0)), dim=-1)
+    poses = torch.cat([torch.rand(5, K, 3), q], dim=-1)
+    back = wm.denormalise_objects(wm.normalise_objects(poses))
+    torch.testing.assert_close(back[..., :3], poses[..., :3], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(back[..., 3:], q * torch.sign(q[..., :1]), atol=1e-6, rtol=1e-6)
+    assert (back[..., 3] >= 0).all()
