@@ -1,6 +1,6 @@
 """Where a training step's batches come from: datasets, their clips, latents and the decoder stage's pairs.
 
-* :func:`open_dataset` -- a ``--data`` spec (a dataset root, several joined by commas, or ``synthetic[:N]``);
+* :func:`open_dataset` -- a ``--data`` spec (a dataset root, several joined by commas, or ``synthetic[:N[:K]]``);
 * :func:`fetch_clips` -- frames and conditioning of dataset clips, the conditioning as the model was trained on;
 * :func:`latent_source` -- the frozen autoencoder's latents of every clip: a
   :class:`~neuralsim.world_model.latents.LatentStore` per dataset root (encoded once, kept on disk), else a
@@ -23,13 +23,15 @@ MEMO_CLIPS = 20000
 
 
 def open_dataset(spec: str, clip_length: int, image_size: int, seed: int = 0):
-    """``synthetic[:N]`` -> :class:`SyntheticClipDataset`; ``a,b,...`` -> a ``ConcatClipDataset`` of the
-    roots; anything else -> ``ClipDataset(spec, ...)``."""
+    """``synthetic[:N[:K]]`` -> :class:`SyntheticClipDataset` (N clips, K objects with recorded poses); ``a,b,...``
+    -> a ``ConcatClipDataset`` of the roots; anything else -> ``ClipDataset(spec, ...)``."""
     if spec == "synthetic" or spec.startswith("synthetic:"):
         from .synthetic import SyntheticClipDataset
 
-        n = int(spec.split(":", 1)[1]) if ":" in spec else 64
-        return SyntheticClipDataset(num_clips=n, clip_length=clip_length, image_size=image_size, seed=seed)
+        parts = spec.split(":")[1:]
+        n, k = (int(parts[0]) if parts else 64), (int(parts[1]) if len(parts) > 1 else 0)
+        return SyntheticClipDataset(num_clips=n, clip_length=clip_length, image_size=image_size, seed=seed,
+                                    num_objects=k)
     if "," in spec:
         from neuralsim.data.reader import ConcatClipDataset
 
@@ -93,6 +95,31 @@ def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "me
     return torch.stack(frames), torch.stack(conds)
 
 
+class ObjectStateMissing(ValueError):
+    """A model with object state asked for the object poses of data that does not record them (or records another
+    number of objects)."""
+
+
+def fetch_objects(dataset, indices: list[int], num_objects: int):
+    """The recorded object poses (B, T, K, 7) of dataset items ``indices`` (their ``object_pose``); raises
+    :class:`ObjectStateMissing` when the items have none or another K."""
+    import torch
+
+    out = []
+    for i in indices:
+        item = dataset[int(i)]
+        if "object_pose" not in item:
+            raise ObjectStateMissing(f"{type(dataset).__name__} item {i} records no object poses, and this model "
+                                     f"carries {num_objects} objects (dit.num_objects); give data that records them "
+                                     "(SimDROID data with ground_truth.object_pose, or synthetic:N:K) or a model "
+                                     "without object state")
+        pose = torch.as_tensor(item["object_pose"], dtype=torch.float32)
+        if pose.shape[-2] != num_objects:
+            raise ObjectStateMissing(f"item {i} records {pose.shape[-2]} objects; this model carries {num_objects}")
+        out.append(pose)
+    return torch.stack(out)
+
+
 class LatentMemo:
     """Encode clips with the frozen autoencoder once; keep raw latents (fp16) for ``capacity`` clips."""
 
@@ -118,6 +145,10 @@ class LatentMemo:
         zs = [batch[i][0].float() for i in indices]
         cs = [batch[i][1] for i in indices]
         return torch.stack(zs).to(device), torch.stack(cs).to(device)
+
+    def get_objects(self, indices: list[int], device):
+        """Raw object poses (B, T, K, 7) of clips ``indices`` (read from the items; cheap beside encoding)."""
+        return fetch_objects(self.dataset, indices, self.model.config.dit.num_objects).to(device)
 
 
 def decoder_batch(memo, dataset, idx: list[int], image_size: int, frames_per_clip: int, gen, device,
@@ -173,14 +204,15 @@ def decoder_references(model, dataset, idx: list[int], frames_per_clip: int, ima
 def latent_source(model, dataset, device, progress: bool):
     """The latents of ``dataset``'s clips under ``model``'s frozen encoder, indexed like the dataset, with the
     conditioning the model is trained on: one :class:`~neuralsim.world_model.latents.LatentStore` per dataset
-    root (a :class:`~neuralsim.world_model.latents.ConcatLatents` over several), else a :class:`LatentMemo`."""
+    root (a :class:`~neuralsim.world_model.latents.ConcatLatents` over several), else a :class:`LatentMemo`.  For a
+    model with object state each also serves the clips' object poses (``get_objects``)."""
     from .latents import ConcatLatents, LatentStore
 
     cfg = model.config
 
     def store(part):
         return LatentStore(model.autoencoder, part, device, progress=progress, gripper=cfg.gripper_conditioning,
-                           arm=cfg.arm_conditioning)
+                           arm=cfg.arm_conditioning, num_objects=cfg.dit.num_objects)
 
     if hasattr(dataset, "parts"):
         return ConcatLatents(dataset, [store(part) for part in dataset.parts])

@@ -10,8 +10,9 @@ gather there: on a GPU a training step then moves no latents across the bus.
 
 The fingerprint hashes the weights that produce latents (the encoder and its quantisation conv) and
 the frame size, so a retrained encoder never reads stale latents, while a decoder-only stage (which
-leaves the latents as they are) keeps using them.  A dataset directory that cannot be written still works (latents
-stay in memory).
+leaves the latents as they are) keeps using them.  A model with object state also gets each episode's recorded
+object poses, read from its parquet file (not cached: a cache written without them stays valid).  A dataset directory
+that cannot be written still works (latents stay in memory).
 """
 
 from __future__ import annotations
@@ -164,6 +165,13 @@ class WindowedLatents:
         return (z.view(len(indices), T, *z.shape[1:]).to(device),
                 c.view(len(indices), T, -1).to(device))
 
+    def get_objects(self, indices: list[int], device):
+        """Recorded object poses (B, T, K, 7) of dataset windows ``indices`` (a store built with ``num_objects``)."""
+        if getattr(self, "objects", None) is None:
+            raise ValueError("this latent store holds no object poses (built without num_objects)")
+        o = self.objects.index_select(0, self._rows(indices))
+        return o.view(len(indices), self.dataset.clip_length, *o.shape[1:]).to(device)
+
 
 class LatentStore(WindowedLatents):
     """Latents and conditioning of every episode of a ``ClipDataset``, indexed like the dataset.
@@ -178,10 +186,13 @@ class LatentStore(WindowedLatents):
         progress: show a progress bar while encoding.
         gripper, arm: the conditioning signals the DiT is trained on (:func:`env_cond`); the disk cache always
             keeps the measured ones.
+        num_objects: K > 0: also hold every frame's K recorded object poses (``objects``, float32 (sum T, K, 7)),
+            from the episodes' ``ground_truth.object_pose``; a dataset without them is an
+            :class:`~neuralsim.world_model.batches.ObjectStateMissing` naming it.
     """
 
     def __init__(self, autoencoder, dataset, device="cpu", chunk: int = 64, progress: bool = True,
-                 gripper: str = "measured", arm: str = "measured"):
+                 gripper: str = "measured", arm: str = "measured", num_objects: int = 0):
         import torch
 
         from neuralsim.data.reader import load_episode, read_joints_and_actions
@@ -193,6 +204,7 @@ class LatentStore(WindowedLatents):
         self.dir = Path(dataset.root) / LATENT_CACHE_DIR / self.fingerprint
         latents: list[np.ndarray] = []  # per record: fp16 (T, V, C, h, w)
         conds: list[np.ndarray] = []  # per record: float32 (T, 7)
+        poses: list[np.ndarray] = []  # per record: float32 (T, K, 7), with num_objects
         writable = True
         if progress:
             from tqdm.auto import tqdm
@@ -218,6 +230,8 @@ class LatentStore(WindowedLatents):
                 cond = env_cond(cond, *read_joints_and_actions(dataset.root, rec, dataset.layout), gripper, arm)
             latents.append(z)
             conds.append(cond)
+            if num_objects:
+                poses.append(_recorded_objects(dataset.root, rec, num_objects, len(z)))
         if not latents:
             raise ValueError(f"dataset {dataset.root} has no episodes to encode")
         #: first row of each record in the concatenated tensors, and each record's length
@@ -228,8 +242,28 @@ class LatentStore(WindowedLatents):
         del latents  # the concatenation is the only copy kept
         self.latents = torch.from_numpy(z_all).to(self.device)  # fp16 (sum T, V, C, h, w)
         self.cond = torch.from_numpy(np.concatenate(conds)).to(self.device)  # float32 (sum T, 7)
+        self.objects = torch.from_numpy(np.concatenate(poses)).to(self.device) if num_objects else None
         log.info("latent store %s: %d episodes (%d encoded now), %.0f MB on %s", self.dir, len(self.lengths),
                  encoded, z_all.nbytes / 1e6, self.device)
+
+
+def _recorded_objects(root, record: dict, num_objects: int, length: int) -> np.ndarray:
+    """Episode ``record``'s recorded object poses (length, K, 7); ObjectStateMissing naming the dataset if it has none
+    or another number of objects."""
+    from neuralsim.data.reader import read_object_state
+
+    from .batches import ObjectStateMissing
+
+    state = read_object_state(root, record)
+    where = f"dataset {str(root)!r} (episode {record['episode_index']})"
+    if state is None:
+        raise ObjectStateMissing(f"{where} records no object poses (ground_truth.object_pose), and this model carries "
+                                 f"{num_objects} objects (dit.num_objects); regenerate the data with `neuralsim data "
+                                 "generate` or train a model without object state")
+    if state.pose.shape[1] != num_objects or len(state.pose) < length:
+        raise ObjectStateMissing(f"{where} records {state.pose.shape[1]} objects over {len(state.pose)} frames; this "
+                                 f"model carries {num_objects} objects and the episode has {length} frames")
+    return np.ascontiguousarray(state.pose[:length], dtype=np.float32)
 
 
 class ConcatLatents:
@@ -261,3 +295,7 @@ class ConcatLatents:
         """As :meth:`LatentStore.get`: (B, T, V, C, h, w) latents and (B, T, 7) conditioning, in order."""
         z, c = self._gather(indices, lambda store, local: store.get(local, device))
         return z, c
+
+    def get_objects(self, indices: list[int], device):
+        """As :meth:`LatentStore.get_objects`: (B, T, K, 7) object poses, in order."""
+        return self._gather(indices, lambda store, local: (store.get_objects(local, device),))[0]

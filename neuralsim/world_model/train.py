@@ -100,7 +100,8 @@ class TrainConfig:
     """The DiT stage's objective: Diffusion Forcing, Step Forcing (RoboWorld's Algorithm 1) or an ablation of it
     (:mod:`neuralsim.world_model.objectives`)."""
     data: str = "synthetic"
-    """A dataset root, several joined by commas (their clips mixed), or ``synthetic[:N]`` (a toy source)."""
+    """A dataset root, several joined by commas (their clips mixed), or ``synthetic[:N[:K]]`` (a toy source of N
+    clips, with K moving objects whose poses it records)."""
     out: str = "runs/world_model"
     """The run directory: model/, checkpoint/, metrics.jsonl, samples/."""
     init_from: str | None = None
@@ -108,6 +109,13 @@ class TrainConfig:
     config: Literal["default", "tiny", "default_grounded", "tiny_grounded"] = "default"
     """The architecture preset of a model started from scratch (no ``init_from``); ``_grounded``: with the
     conditioning grounded in each view (``dit.grounding="projected"``)."""
+    num_objects: int = 0
+    """A model started from scratch: K object tokens per frame, each object's pose carried and predicted beside the
+    image tokens (``dit.num_objects``; the data must record K objects' poses); 0: none.  A trained model gains them
+    with ``neuralsim model edit --objects K``."""
+    object_loss_weight: float = 1.0
+    """DiT stage of a model with object state: the weight of the object loss (and of the object reader's) beside
+    the image loss; ``loss`` = image + weight x (object + reader), each logged on its own."""
     steps: int = 1000
     """Total optimiser steps of this stage; a resumed run continues up to it."""
     batch_size: int = 8
@@ -171,6 +179,9 @@ class TrainConfig:
             raise ValueError(f"unknown stage {self.stage!r}; choose one of {STAGES}")
         if self.stage == "dit" and self.objective not in _objectives():
             raise ValueError(f"unknown objective {self.objective!r}; choose one of {_objectives()}")
+        if self.num_objects < 0 or not (math.isfinite(self.object_loss_weight) and self.object_loss_weight >= 0):
+            raise ValueError(f"need num_objects >= 0 and object_loss_weight >= 0, got {self.num_objects} and "
+                             f"{self.object_loss_weight}")
         if self.steps < 0 or self.batch_size < 1 or self.decay_steps < 0 or self.warmup < 0:
             raise ValueError(f"need steps >= 0, batch_size >= 1, warmup >= 0 and decay_steps >= 0, got "
                              f"{self.steps}, {self.batch_size}, {self.warmup} and {self.decay_steps}")
@@ -241,20 +252,27 @@ def _records_scene(model_dir) -> bool:
 
 def build_model(cfg: TrainConfig, checkpoint: Path | None):
     """The model a stage starts from: the checkpoint's raw weights on a resume, else ``init_from``, else a fresh
-    model of preset ``config`` (its weights drawn after seeding torch with ``seed``)."""
+    model of preset ``config`` with ``num_objects`` (its weights drawn after seeding torch with ``seed``)."""
     import torch
 
-    from .config import preset
+    from .config import WorldModelConfig, preset
     from .model import WorldModel
 
-    if checkpoint is not None:
-        log.info("resuming from %s", checkpoint)
-        return WorldModel.from_pretrained(checkpoint / "raw")
-    if cfg.init_from:
-        log.info("initialised from %s", cfg.init_from)
-        return WorldModel.from_pretrained(cfg.init_from)
+    if checkpoint is not None or cfg.init_from:
+        log.info("resuming from %s" if checkpoint is not None else "initialised from %s", checkpoint or cfg.init_from)
+        model = WorldModel.from_pretrained(checkpoint / "raw" if checkpoint is not None else cfg.init_from)
+        if cfg.num_objects and cfg.num_objects != model.config.dit.num_objects:
+            raise ValueError(f"num_objects={cfg.num_objects} is for a model started from scratch; "
+                             f"{checkpoint or cfg.init_from} carries {model.config.dit.num_objects} (give it object "
+                             "state with `neuralsim model edit --objects K`)")
+        return model
     torch.manual_seed(cfg.seed)
-    return WorldModel(preset(cfg.config))
+    config = preset(cfg.config)
+    if cfg.num_objects:
+        d = config.to_dict()
+        d["dit"]["num_objects"] = cfg.num_objects
+        config = WorldModelConfig.from_dict(d)
+    return WorldModel(config)
 
 
 def train(cfg: TrainConfig, label: str | None = None) -> dict:
@@ -368,25 +386,43 @@ def train_decoder(run: Run) -> dict:
 
 def train_dit(run: Run) -> dict:
     """The DiT stage: clips of stored latents and their conditioning through the objective; a fresh DiT's latent
-    statistics are fitted first, on up to 32 clips."""
-    from .objectives import get_objective
+    statistics are fitted first, on up to 32 clips.  A model with object state also trains on the clips' recorded
+    object poses (their statistics fitted the first time, like the latents'), and its object reader on each clip's
+    first frame (:func:`~neuralsim.world_model.objectives.object_reader_loss`)."""
+    from .objectives import get_objective, object_reader_loss
 
     cfg, model = run.cfg, run.model
+    k = model.config.dit.num_objects
     memo = latent_source(model, run.dataset, run.device, cfg.progress and run.is_main)
     recipe = dict(model.config.recipe)
+    first = list(range(min(len(run.dataset), 32)))
     if run.checkpoint is None and not recipe.get("latent_stats_fitted"):
-        z, _ = memo.get(list(range(min(len(run.dataset), 32))), run.device)
+        z, _ = memo.get(first, run.device)
         model.set_latent_stats(z)
         recipe["latent_stats_fitted"] = True
         log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
+    if k and run.checkpoint is None and not recipe.get("object_stats_fitted"):
+        model.set_object_stats(memo.get_objects(first, run.device))
+        recipe["object_stats_fitted"] = True
+        log.info("object stats: mean %s std %s", model.object_mean.tolist(), model.object_std.tolist())
     loss_fn, loss_kwargs = get_objective(cfg.objective)
     schedule = model.config.schedule
+    weight = cfg.object_loss_weight
 
     def batch_loss(module, idx, gen, noise_gen):
         z, cond = memo.get(idx, run.device)
-        return loss_fn(module, model.normalise(z), cond, schedule, generator=noise_gen, **loss_kwargs)
+        if not k:
+            return loss_fn(module, model.normalise(z), cond, schedule, generator=noise_gen, **loss_kwargs)
+        x, objects = model.normalise(z), model.normalise_objects(memo.get_objects(idx, run.device))
+        loss, metrics = loss_fn(module, x, cond, schedule, generator=noise_gen, objects=objects,
+                                object_loss_weight=weight, **loss_kwargs)
+        # the reader runs outside the DDP module's forward; its gradients join the same backward
+        reader = object_reader_loss(model.dit.object_reader, x[:, 0], objects[:, 0])
+        loss = loss + weight * reader
+        return loss, {**metrics, "loss": loss.detach(), "loss_object_reader": reader.detach()}
 
-    return optimise(run, {"dit.": model.dit}, model.dit, batch_loss, cfg.objective, {}, recipe)
+    options = {"num_objects": k, "object_loss_weight": weight} if k else {}
+    return optimise(run, {"dit.": model.dit}, model.dit, batch_loss, cfg.objective, options, recipe)
 
 
 def _method_module(autoencoder, method: str):
