@@ -165,7 +165,11 @@ class NeuralDROIDEnv(HorizonFromMake, gym.Env):
     to the world model: flange pose + gripper), ``action_clipped`` / ``clipped_dims`` (8 bools),
     ``joint_limit_hit`` (7 bools), ``timing`` (a :class:`StepTiming`: seconds spent in the adapter, the
     world model's denoising, decoding, and the whole step); at the end ``judgement`` or
-    ``judgement_error``.
+    ``judgement_error``.  A world model with object state (``dit.num_objects`` K > 0) adds ``object_poses``
+    (float32 (K, 7): each object's position [m] and unit wxyz quaternion, w >= 0, in SimDROID's world frame, the robot
+    base at the origin): the model's belief about the current frame, at reset the spec's true poses when it records
+    them (SimDROID specs, cubes in scene order: the target first) and otherwise read from its first views (in an order
+    the reader chooses); a model without object state gives no such key.
 
     ## Memory and speed
     The KV cache is preallocated for W frames, so world-model memory is flat over any episode length

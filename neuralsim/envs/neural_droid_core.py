@@ -277,7 +277,8 @@ class _Core:
         g0 = np.stack([s.gripper_position for s in specs])
         views = np.stack([np.stack([s.views[v] for v in VIEW_NAMES]) for s in specs])  # (b, 3, S, S, 3)
         cond = np.concatenate([K.forward_kinematics(q0), g0], 1).astype(np.float32)
-        self.wm.reset(self.state, torch.as_tensor(rows), torch.from_numpy(views), torch.from_numpy(cond))
+        self.wm.reset(self.state, torch.as_tensor(rows), torch.from_numpy(views), torch.from_numpy(cond),
+                      objects=self._spec_objects(specs))
         self.joints.set_rows(rows, A.AdapterState.at_rest(q0, g0))
         self.frames[rows] = views
         self.obs_views[rows] = resize_views(torch.from_numpy(views), self.image_size).numpy()
@@ -290,7 +291,39 @@ class _Core:
                                               fps=K.CONTROL_HZ, horizon=self.max_episode_steps)
             infos.append({"instruction": specs[i].instruction, "episode_name": specs[i].name,
                           "metadata": copy.deepcopy(specs[i].metadata), "conditioning": cond[i].copy(), "step": 0})
+        self._add_object_poses(rows, infos)
         return infos
+
+    def _spec_objects(self, specs: list[EpisodeSpec]):
+        """Frame 0's object poses (b, K, 7) for a model with object state when every spec records its K cubes'
+        (SimDROID specs' ``metadata["object_poses"]``, cubes in scene order); None otherwise (the model then reads
+        them from the views)."""
+        k = self.wm.num_objects
+        if not k:
+            return None
+        poses = []
+        for spec in specs:
+            known = spec.metadata.get("object_poses") or {}
+            cubes = [np.asarray(v, np.float32) for name, v in known.items() if name.endswith("_cube")]
+            if len(cubes) != k:
+                if known:
+                    log.warning("episode %s records %d cubes, the world model carries %d objects: reading them from "
+                                "its views", spec.name, len(cubes), k)
+                return None
+            poses.append(np.stack(cubes))
+        import torch
+
+        return torch.from_numpy(np.stack(poses))
+
+    def _add_object_poses(self, rows: np.ndarray, infos: list[dict]) -> None:
+        """``info["object_poses"]`` (K, 7) of each row: the model's belief about its latest frame (models with object
+        state only)."""
+        poses = self.wm.object_poses(self.state, rows)
+        if poses is None:
+            return
+        poses = poses.cpu().numpy().astype(np.float32)
+        for i, info in enumerate(infos):
+            info["object_poses"] = poses[i]
 
     # ------------------------------------------------------------------ step
     def step_rows(self, rows: np.ndarray, actions: np.ndarray, clipped: np.ndarray):
@@ -304,10 +337,15 @@ class _Core:
         d = self.wm.config.dit
         noise = torch.cat([torch.randn((1, d.num_views, d.latent_channels, d.latent_size, d.latent_size),
                                        generator=self.generators[r]) for r in rows]).to(self.wm.device)
+        object_noise = None
+        if d.num_objects:  # drawn after the frame's noise: a model without objects draws what it always did
+            object_noise = torch.cat([torch.randn((1, d.num_objects, 7), generator=self.generators[r])
+                                      for r in rows]).to(self.wm.device)
         all_rows = len(rows) == self.num_rows and np.array_equal(rows, np.arange(self.num_rows))
         with torch.inference_mode():
             latents = self.wm.generate(self.state, noise, torch.from_numpy(cond).to(self.wm.device),
-                                       rows=None if all_rows else torch.as_tensor(rows), schedule=self.schedule)
+                                       rows=None if all_rows else torch.as_tensor(rows), schedule=self.schedule,
+                                       object_noise=object_noise)
             t2 = time.perf_counter()
             views = self.wm.decode(latents, self.state.reference(None if all_rows else torch.as_tensor(rows)))
             obs_views = resize_views(views, self.image_size).cpu().numpy()
@@ -332,6 +370,7 @@ class _Core:
                 self.ended[r] = True
                 rewards[i] = self._episode_reward(r, info)
             infos.append(info)
+        self._add_object_poses(rows, infos)
         return rewards, terminated, truncated, infos
 
     def _state(self, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,8 +9,10 @@ Every sub-layer is AdaLN-Zero modulated by a per-frame condition
 gets, added to its embedding, an MLP of where the hand projects in its own view (:mod:`.grounding`).  With
 ``num_objects = K > 0`` each frame also has K object tokens after its image tokens (:class:`ObjectEmbedding`): they
 share the frame's noise level, attend with the image tokens in the spatial attention and with their own slot in the
-temporal one, and a head of their own predicts their velocity.  Every entry point of such a DiT takes the object
-states beside the latents and returns ``(velocity, object velocity)``.
+temporal one, and a head of their own predicts their velocity.  An image token reads the object tokens through a
+second softmax over them, added with a learned per-head gate that starts at zero (:meth:`DiTBlock.spatial`), so
+object state added to a trained model changes none of its image predictions until it is trained.  Every entry point
+of such a DiT takes the object states beside the latents and returns ``(velocity, object velocity)``.
 
 Entry points (one behaviour each):
 
@@ -305,6 +307,22 @@ class DiTBlock(nn.Module):
         nn.init.zeros_(self.ada[1].bias)
         # (shift, scale, gate) x 3 -> (shift, 1 + scale, gate) x 3; not saved (a constant)
         self.register_buffer("ada_offset", scale_offset(9, self.SCALE_CHUNKS, d), persistent=False)
+        self.image_tokens = cfg.image_tokens_per_frame
+        #: with object state: tanh(gate) per head weighs what the image tokens read from the object tokens
+        self.object_gate = nn.Parameter(torch.zeros(cfg.num_heads)) if cfg.num_objects else None
+
+    def spatial(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention among one frame's tokens, q, k, v (B*T, H, N, Dh).  With object state (the last K of the N
+        tokens) an object token attends to every token; an image token attends to the image tokens, plus
+        ``tanh(object_gate)`` times its attention over the object tokens alone (zero at first: a model given object
+        state keeps its image predictions until trained)."""
+        if self.object_gate is None:
+            return attention(q, k, v)
+        n = self.image_tokens
+        image = attention(q[:, :, :n], k[:, :, :n], v[:, :, :n])
+        objects = attention(q[:, :, :n], k[:, :, n:], v[:, :, n:])
+        image = torch.addcmul(image, torch.tanh(self.object_gate)[:, None, None], objects)
+        return torch.cat([image, attention(q[:, :, n:], k, v)], dim=2)
 
     # the modulation's nine chunks are (shift, scale, gate) for each sub-layer in turn (see :meth:`forward`)
     SCALE_CHUNKS = (1, 4, 7)
@@ -327,7 +345,7 @@ class DiTBlock(nn.Module):
         # spatial: all tokens of one frame
         y = norm_modulate(self.norm1, x, sh1, sc1)
         q, k, v = self.spatial_qkv(y).view(b * t, n, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)  # (B*T, H, N, Dh)
-        y = attention(q, k, v).permute(0, 2, 1, 3).reshape(b, t, n, d)
+        y = self.spatial(q, k, v).permute(0, 2, 1, 3).reshape(b, t, n, d)
         x = torch.addcmul(x, g1, self.spatial_out(y))
 
         # temporal: same token position across frames

@@ -14,6 +14,9 @@ Each edit keeps every weight it does not name bit for bit, so the DiT's latents 
 * ``reference_head`` -- a fresh reference head of this width (0 removes the head), for ``--head-only`` training;
 * ``grounding`` -- ``projected`` adds geometry-grounded conditioning (the model's scene's cameras) with its last
   layer at zero, so the model computes what it did until a DiT stage trains it; ``none`` removes it;
+* ``objects`` -- K object tokens per frame (``dit.num_objects``), fresh, with their velocity head and the image
+  tokens' gate on them at zero: the image predictions stay what they were until a DiT stage (on data recording the
+  objects' poses, whose statistics it fits) trains them; 0 removes them;
 * ``gripper_conditioning``, ``arm_conditioning`` -- the signals the next DiT stage trains on;
 * ``window``, ``denoising_steps`` -- the inference defaults NeuralDROID uses.
 
@@ -52,6 +55,8 @@ class EditConfig:
     trained."""
     grounding: Literal["none", "projected"] | None = None
     """Add (``projected``, starting as a no-op) or remove (``none``) the DiT's geometry-grounded conditioning."""
+    objects: int | None = field(default=None, metadata={"metavar": "K"})
+    """Give the DiT K object tokens per frame (fresh, not changing the image predictions until trained; 0: none)."""
     gripper_conditioning: Literal["measured", "command"] | None = None
     """The gripper signal the DiT trains on from now on."""
     arm_conditioning: Literal["measured", "replay"] | None = None
@@ -91,8 +96,14 @@ def edit_model(cfg: EditConfig):
         done["reference_head"] = cfg.reference_head
     if cfg.grounding is not None and cfg.grounding != model.config.dit.grounding:
         torch.manual_seed(cfg.seed)
-        model = _with_grounding(model, cfg.grounding)
+        model = _with_dit(model, grounding=cfg.grounding, geometry=None)
         done["grounding"] = cfg.grounding
+    if cfg.objects is not None and cfg.objects != model.config.dit.num_objects:
+        torch.manual_seed(cfg.seed)
+        model = _with_dit(model, num_objects=cfg.objects)
+        recipe = model.config.recipe
+        model.config.recipe = {k: v for k, v in recipe.items() if k != "object_stats_fitted"}  # the next stage fits
+        done["objects"] = cfg.objects
     changes = {name: getattr(cfg, name) for name in ("gripper_conditioning", "arm_conditioning", "window",
                                                      "denoising_steps")
                if getattr(cfg, name) is not None and getattr(cfg, name) != getattr(model.config, name)}
@@ -109,18 +120,19 @@ def edit_model(cfg: EditConfig):
     return model
 
 
-def _with_grounding(model, grounding: str):
-    """A copy of ``model`` with ``dit.grounding`` set (the cameras of its scene), every shared weight kept; an added
-    grounding embedding is drawn fresh with its last layer at zero."""
+def _with_dit(model, **fields):
+    """A copy of ``model`` with DiT config ``fields`` set (``geometry=None``: the cameras of its scene), every weight
+    of the same name and shape kept; added parts (a grounding embedding, object tokens) are drawn fresh, each with
+    its output at zero."""
     from .config import WorldModelConfig
     from .model import WorldModel
 
     d = model.config.to_dict()
-    d["dit"] = {**d["dit"], "grounding": grounding, "geometry": None}
+    d["dit"] = {**d["dit"], **fields}
     new = WorldModel(WorldModelConfig.from_dict(d)).to(model.device)
     own = new.state_dict()
     for name, t in model.state_dict().items():
-        if name in own:
+        if name in own and own[name].shape == t.shape:
             own[name].copy_(t)
     return new.eval()
 

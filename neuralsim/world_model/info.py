@@ -160,6 +160,7 @@ def checkpoint_info(checkpoint: str | os.PathLike | None = None) -> dict[str, An
             "arm_conditioning": config.arm_conditioning,
             "grounding": dit.grounding if dit.geometry is None else f"{dit.grounding} ({dit.geometry.get('scene')} "
                                                                     "cameras)",
+            "num_objects": dit.num_objects,
         },
         "inference": {"clip_length": config.clip_length, "window": config.window, "num_sink": config.num_sink,
                       "schedule": list(config.schedule)},
@@ -210,7 +211,8 @@ def format_checkpoint_info(info: dict[str, Any]) -> str:
         f"  DiT: depth {a['dit_depth']}, width {a['dit_dim']}, {a['dit_heads']} heads, patch {a['patch_size']}, "
         f"pose conditioning {a['cond_dim']}-d (arm: {a.get('arm_conditioning', 'measured')}, "
         f"gripper: {a.get('gripper_conditioning', 'measured')})"
-        + (f", grounded in the views: {a['grounding']}" if a.get("grounding", "none") != "none" else ""),
+        + (f", grounded in the views: {a['grounding']}" if a.get("grounding", "none") != "none" else "")
+        + (f", object state: {a['num_objects']} object tokens per frame" if a.get("num_objects") else ""),
         f"  inference: window {inf['window']} frames ({inf['num_sink']} sink), training clip {inf['clip_length']}, "
         f"noise levels {', '.join(f'{t:g}' for t in inf['schedule'])}",
     ]

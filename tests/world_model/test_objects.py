@@ -341,3 +341,87 @@ def test_a_model_with_objects_on_data_without_poses_is_refused_naming_the_data(s
         train(_train_cfg(tmp_path / "a", data=str(old)))
     with pytest.raises(ObjectStateMissing, match="SyntheticClipDataset item .* records no object poses"):
         train(_train_cfg(tmp_path / "b", data="synthetic:8"))
+
+
+# ----------------------------------------------------------------------------- model edit, env
+def test_model_edit_adds_object_state_without_changing_the_image_predictions(tmp_path):
+    from neuralsim.world_model.edit import EditConfig, edit_model
+    from neuralsim.world_model.info import checkpoint_info, format_checkpoint_info
+
+    plain = _plain()
+    randomise(plain.dit, 2)
+    plain.save_pretrained(tmp_path / "plain")
+    edit_model(EditConfig(checkpoint=str(tmp_path / "plain"), out=str(tmp_path / "objects"), objects=K))
+    back = WorldModel.from_pretrained(tmp_path / "objects")
+    assert back.config.dit.num_objects == K and back.config.recipe["edits"][-1] == {"objects": K}
+    x, c, t = latents(plain.config, 2, 4), conds(2, 4), torch.full((2, 4), 0.6)
+    with torch.no_grad():
+        want = plain.dit(x, t, c)
+        v, vo = back.dit(x, t, c, objects=objects(2, 4))
+    torch.testing.assert_close(v, want, atol=1e-6, rtol=1e-6)  # the image tokens' gate on the objects is zero
+    assert torch.equal(vo, torch.zeros_like(vo))  # and the fresh object head predicts no motion
+    # rolled out through the cache, the frames are the plain model's too
+    s_plain, s_obj = plain.new_state(2, window=3), back.new_state(2, window=3)
+    views = torch.randint(0, 256, (2, 3, 16, 16, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    plain.reset(s_plain, None, views, conds(2, seed=2))
+    back.reset(s_obj, None, views, conds(2, seed=2))
+    for n in range(4):
+        noise, cn = latents(plain.config, 2, seed=10 + n), conds(2, seed=20 + n)
+        torch.testing.assert_close(back.generate(s_obj, noise, cn), plain.generate(s_plain, noise, cn), atol=1e-5,
+                                   rtol=1e-5)
+    assert "object state: 2 object tokens per frame" in format_checkpoint_info(checkpoint_info(tmp_path / "objects"))
+    edit_model(EditConfig(checkpoint=str(tmp_path / "objects"), out=str(tmp_path / "removed"), objects=0))
+    removed = WorldModel.from_pretrained(tmp_path / "removed")
+    assert removed.state_dict().keys() == plain.state_dict().keys()
+    with torch.no_grad():
+        assert torch.equal(removed.dit(x, t, c), want)
+
+
+@pytest.fixture
+def env_checkpoint(tmp_path) -> Path:
+    """A tiny classic-scene model carrying the classic scene's 3 cubes (random DiT weights)."""
+    torch.manual_seed(0)
+    wm = WorldModel(object_config(k=3))
+    randomise(wm.dit, 5)
+    with torch.no_grad():
+        wm.object_mean.copy_(torch.tensor([0.53, 0.0, 0.025, 0.7, 0.0, 0.0, 0.0]))
+        wm.object_std.copy_(torch.tensor([0.1, 0.15, 0.01, 0.2, 0.05, 0.05, 0.5]))
+    return wm.save_pretrained(tmp_path / "objects")
+
+
+def test_the_env_reports_the_models_object_belief(env_checkpoint, tiny_checkpoint, one_torch_thread):
+    import warnings
+
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    from neuralsim.envs.episodes import EpisodeSpec, default_episodes
+    from neuralsim.envs.neural_droid import NeuralDROIDEnv, NeuralDROIDVectorEnv
+
+    env = gym.make("NeuralDROID-v0", checkpoint=str(env_checkpoint), reward_fn=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped)
+    assert [str(w.message) for w in caught] == []
+    spec = default_episodes("classic")["put_in_bowl_1000000"]
+    truth = np.stack([np.asarray(v, np.float32) for n, v in spec.metadata["object_poses"].items()
+                      if n.endswith("_cube")])
+    obs, info = env.reset(seed=0, options={"episode": spec.name})
+    assert info["object_poses"].shape == (3, 7) and info["object_poses"].dtype == np.float32
+    np.testing.assert_allclose(info["object_poses"][:, :3], truth[:, :3], atol=1e-5)  # the spec's true poses
+    for _ in range(2):
+        info = env.step(env.action_space.sample())[-1]
+        poses = info["object_poses"]
+        assert poses.shape == (3, 7) and np.isfinite(poses).all()
+        np.testing.assert_allclose(np.linalg.norm(poses[:, 3:], axis=-1), 1.0, atol=1e-5)
+        assert (poses[:, 3] >= 0).all()
+    images = EpisodeSpec.from_images(*(spec.views[v] for v in spec.views), instruction="x")  # no poses: read
+    info = env.reset(seed=1, options={"episode": images})[1]
+    assert info["object_poses"].shape == (3, 7) and np.isfinite(info["object_poses"]).all()
+    venv = NeuralDROIDVectorEnv(num_envs=2, checkpoint=str(env_checkpoint), reward_fn=None)
+    info = venv.reset(seed=0)[1]
+    assert info["object_poses"].shape == (2, 3, 7)
+    assert venv.step(np.stack([env.action_space.sample()] * 2))[-1]["object_poses"].shape == (2, 3, 7)
+    plain = NeuralDROIDEnv(checkpoint=str(tiny_checkpoint), reward_fn=None)  # no object state: no key
+    assert "object_poses" not in plain.reset(seed=0)[1]
+    assert "object_poses" not in plain.step(plain.action_space.sample())[-1]
