@@ -11,7 +11,8 @@ gets, added to its embedding, an MLP of where the hand projects in its own view 
 share the frame's noise level, attend with the image tokens in the spatial attention and with their own slot in the
 temporal one, and a head of their own predicts their velocity.  An image token reads the object tokens through a
 second softmax over them, added with a learned per-head gate that starts at zero (:meth:`DiTBlock.spatial`), so
-object state added to a trained model changes none of its image predictions until it is trained.  Every entry point
+object state added to a trained model changes none of its image predictions until it is trained.  Grounded, the image
+tokens also get where each object (its state at the pass's noise level) projects in their view.  Every entry point
 of such a DiT takes the object states beside the latents and returns ``(velocity, object velocity)``.
 
 Entry points (one behaviour each):
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import OBJECT_DIM, DiTConfig
-from .grounding import ViewProjector
+from .grounding import FEATURES_PER_POINT, ViewProjector
 from .kv_cache import KVCache, RowIndex
 
 
@@ -177,7 +178,8 @@ class ConditionEmbedding(nn.Module):
 class GroundingEmbedding(nn.Module):
     """Per-token embedding of where the hand projects in the token's view: the projector's features
     (:class:`~neuralsim.world_model.grounding.ViewProjector`) through a two-layer MLP whose last layer starts at
-    zero, so a freshly grounded model computes what the ungrounded one does."""
+    zero, so a freshly grounded model computes what the ungrounded one does.  With object state, a second such MLP
+    embeds where each object's centre projects (:meth:`objects`)."""
 
     def __init__(self, cfg: DiTConfig):
         super().__init__()
@@ -189,6 +191,16 @@ class GroundingEmbedding(nn.Module):
         self.mlp = nn.Sequential(Linear(self.projector.num_features, cfg.dim), nn.SiLU(), Linear(cfg.dim, cfg.dim))
         nn.init.zeros_(self.mlp[2].weight)
         nn.init.zeros_(self.mlp[2].bias)
+        self.object_mlp = None
+        if cfg.num_objects:
+            width = cfg.num_objects * FEATURES_PER_POINT
+            self.object_mlp = nn.Sequential(Linear(width, cfg.dim), nn.SiLU(), Linear(cfg.dim, cfg.dim))
+            nn.init.zeros_(self.object_mlp[2].weight)
+            nn.init.zeros_(self.object_mlp[2].bias)
+
+    def objects(self, cond: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:  # (…, 7), (…, K, 3) -> (…, N, dim)
+        """Per-image-token embedding of where the objects' centres ``xyz`` [m, world] project, the hand at ``cond``."""
+        return self.object_mlp(self.projector.object_features(cond, xyz))
 
     def set_geometry(self, geometry: dict) -> None:
         """Project through other cameras from now on (the weights are kept)."""
@@ -394,6 +406,9 @@ class CausalDiT(nn.Module):
         # of the same DiT without objects
         self.object_embed = self.object_out = self.object_reader = None
         if cfg.num_objects:
+            # the states' normalisation, (pose - mean) / std per number (WorldModel.set_object_stats fits it)
+            self.register_buffer("object_mean", torch.zeros(OBJECT_DIM))
+            self.register_buffer("object_std", torch.ones(OBJECT_DIM))
             self.object_embed = ObjectEmbedding(cfg)
             self.object_out = Linear(d, OBJECT_DIM)  # zero: a fresh object head predicts no motion
             nn.init.zeros_(self.object_out.weight)
@@ -449,8 +464,9 @@ class CausalDiT(nn.Module):
         grounding, the per-token embedding of where the hand projects (B, T, N, D)."""
         c = self.noise_embed(t) + self.cond_embed(cond)
         tokens = None if self.grounding_embed is None else self.grounding_embed(cond)
+        grounds_objects = tokens is not None and self.object_embed is not None
         return Conditioning([block.modulation(c) for block in self.blocks], self.final_ada(c) + self.final_offset,
-                            tokens)
+                            tokens, cond if grounds_objects else None)
 
     def _run(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, temporal_cores: list[TemporalCore],
              kv_only: bool = False, conditioning: "Conditioning | None" = None,
@@ -466,6 +482,9 @@ class CausalDiT(nn.Module):
         mods = self.conditioning(t, cond) if conditioning is None else conditioning
         if mods.tokens is not None:
             h = h + mods.tokens
+        if mods.cond is not None:  # grounded with object state: where the objects project in each view
+            xyz = objects[..., :3] * self.object_std[:3] + self.object_mean[:3]
+            h = h + self.grounding_embed.objects(mods.cond, xyz)
         if self.object_embed is not None:
             h = torch.cat([h, self.object_embed(objects)], dim=2)  # (B, T, N + K, D): image tokens, then objects
         last = len(self.blocks) - 1
@@ -626,8 +645,9 @@ class CausalDiT(nn.Module):
         pairs = zip(pending_conditioning.blocks, conditioning.blocks)
         tokens = None if conditioning.tokens is None else torch.cat([pending_conditioning.tokens,
                                                                      conditioning.tokens], dim=1)
+        conds = None if conditioning.cond is None else torch.cat([pending_conditioning.cond, conditioning.cond], dim=1)
         both = Conditioning([torch.cat([p, c], dim=1) for p, c in pairs],
-                            torch.cat([pending_conditioning.final, conditioning.final], dim=1), tokens)
+                            torch.cat([pending_conditioning.final, conditioning.final], dim=1), tokens, conds)
         store: list = []
         both_objects = None if objects is None else torch.stack([pending_objects, objects], dim=1)
         v = self._run(torch.stack([pending, x], dim=1), None, None, self._pending_cores(context, store),
@@ -697,16 +717,20 @@ def frame_of(v, index: int):
 @dataclass
 class Conditioning:
     """Per-block AdaLN modulations (B, T, 9D) and the head's (B, T, 2D) of some (noise level, cond) frames,
-    scales already as ``1 + scale``; with grounding, the per-token embeddings (B, T, N, D) added to the tokens."""
+    scales already as ``1 + scale``; with grounding, the per-token embeddings (B, T, N, D) added to the tokens, and
+    with grounding and object state the conditions themselves (B, T, 7), which the objects' projection needs."""
 
     blocks: list[torch.Tensor]
     final: torch.Tensor
     tokens: torch.Tensor | None = None
+    cond: torch.Tensor | None = None
 
     def select(self, index: int) -> "Conditioning":
         """Frame ``index`` along T only (T becomes 1)."""
         tokens = None if self.tokens is None else self.tokens[:, index:index + 1]
-        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1], tokens)
+        cond = None if self.cond is None else self.cond[:, index:index + 1]
+        return Conditioning([m[:, index:index + 1] for m in self.blocks], self.final[:, index:index + 1], tokens,
+                            cond)
 
 
 @dataclass

@@ -5,7 +5,8 @@ to learn the camera projection to turn that into "the gripper is in my patch".  
 done here instead: for each frame, a few points of the hand (:data:`POINT_NAMES`: the tool point, the two
 fingertips, the tool point's foot on the table) are projected into each of the three views, and each token gets,
 for each point, its position relative to the token's own centre.  The DiT adds an embedding of these features to
-its token embeddings (:class:`~neuralsim.world_model.dit.GroundingEmbedding`).
+its token embeddings (:class:`~neuralsim.world_model.dit.GroundingEmbedding`).  A DiT with object state also gets
+the same features of each object's position (:meth:`ViewProjector.object_features`).
 
 Conventions (those of :func:`neuralsim.envs.scene.project_exterior`): image points are (column, row) in [-1, 1],
 -1 the left / top edge; views in :data:`neuralsim.episode.VIEW_NAMES` order (two fixed exterior cameras, then the
@@ -157,13 +158,16 @@ class ViewProjector(nn.Module):
 
     def _project(self, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         world, local, rot = hand_points(cond, self.closed, self.opening, self.table_height)
-        # exterior cameras: fixed; (..., 2, P, 3) as (right, up, forward)
-        ext = (world[..., None, :, :] - self.ext_pos[:, None, :]) @ self.ext_basis.transpose(-1, -2)
-        ext_uv, ext_ahead, ext_depth = _image_points(ext, self.ext_tan[:, None])
         # wrist camera: fixed in the flange frame, so a hand point's view depends only on its flange-frame position;
         # the table point is not on the hand and goes through the camera's world pose
         foot = (world[..., -1:, :] - cond[..., None, :3]) @ rot  # (..., 1, 3) in the flange frame
-        flange_pts = torch.cat([local[..., :-1, :], foot], dim=-2)
+        return self._views(world, torch.cat([local[..., :-1, :], foot], dim=-2))
+
+    def _views(self, world: torch.Tensor, flange_pts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Points (..., P, 3) in the world and in the flange frame -> :meth:`project`'s (uv, in front, depth)."""
+        # exterior cameras: fixed; (..., 2, P, 3) as (right, up, forward)
+        ext = (world[..., None, :, :] - self.ext_pos[:, None, :]) @ self.ext_basis.transpose(-1, -2)
+        ext_uv, ext_ahead, ext_depth = _image_points(ext, self.ext_tan[:, None])
         wr = (flange_pts - self.wrist_pos) @ self.wrist_rot  # (right, up, backward)
         wr = torch.cat([wr[..., :2], -wr[..., 2:]], dim=-1)  # (right, up, forward)
         wr_uv, wr_ahead, wr_depth = _image_points(wr, self.wrist_tan)
@@ -171,10 +175,26 @@ class ViewProjector(nn.Module):
                 torch.cat([ext_ahead, wr_ahead[..., None, :]], dim=-2),
                 torch.cat([ext_depth, wr_depth[..., None, :]], dim=-2))
 
+    def project_world(self, cond: torch.Tensor, world: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """World points (..., P, 3) (e.g. objects' centres) seen with the hand at ``cond`` (..., 7) -> as
+        :meth:`project`: (..., 3, P, 2), (..., 3, P), (..., 3, P)."""
+        with torch.autocast(cond.device.type, enabled=False):
+            cond, world = cond.float(), world.float()
+            rot = K.euler_xyz_to_matrix(cond[..., 3:6])
+            return self._views(world, (world - cond[..., None, :3]) @ rot)
+
+    def object_features(self, cond: torch.Tensor, xyz: torch.Tensor) -> torch.Tensor:
+        """cond (..., 7), object centres (..., K, 3) [m, world] -> per-token features (..., 3 * grid**2,
+        K * FEATURES_PER_POINT), as :meth:`forward`'s for the hand."""
+        return self._features(*self.project_world(cond, xyz))
+
     def forward(self, cond: torch.Tensor) -> torch.Tensor:
         """cond (..., 7) -> per-token features (..., 3 * grid**2, P * FEATURES_PER_POINT), tokens in the DiT's
         order (view, row, column)."""
-        uv, ahead, depth = self.project(cond)  # (..., V, P, 2), (..., V, P), (..., V, P)
+        return self._features(*self.project(cond))
+
+    def _features(self, uv: torch.Tensor, ahead: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+        """Projected points (..., V, P, 2), (..., V, P), (..., V, P) -> per-token features (..., V*g*g, P*F)."""
         front = ahead.float()
         inside = front * (uv.abs() <= 1.0).all(dim=-1).float()
         d = (uv[..., None, :, :] - self.centres[:, None, :]) * (self.grid / 2.0)  # (..., V, g*g, P, 2) token widths
@@ -184,4 +204,4 @@ class ViewProjector(nn.Module):
                                inside[..., None, :, None].expand_as(bump[..., None]),
                                (depth * front)[..., None, :, None].expand_as(bump[..., None])], dim=-1)
         lead = per_point.shape[:-4]
-        return per_point.reshape(*lead, -1, self.num_features)  # (..., V*g*g, P*F)
+        return per_point.reshape(*lead, -1, uv.shape[-2] * FEATURES_PER_POINT)  # (..., V*g*g, P*F)

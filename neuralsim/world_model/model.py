@@ -163,9 +163,6 @@ class WorldModel(nn.Module):
         c = config.autoencoder.latent_channels
         self.register_buffer("latent_mean", torch.zeros(c))
         self.register_buffer("latent_std", torch.ones(c))
-        if config.dit.num_objects:  # fitted on the training data like the latent statistics (set_object_stats)
-            self.register_buffer("object_mean", torch.zeros(OBJECT_DIM))
-            self.register_buffer("object_std", torch.ones(OBJECT_DIM))
 
     @property
     def device(self) -> torch.device:
@@ -194,6 +191,17 @@ class WorldModel(nn.Module):
     def num_objects(self) -> int:
         """K, the objects each frame carries (0: a model without object state)."""
         return self.config.dit.num_objects
+
+    @property
+    def object_mean(self) -> torch.Tensor:
+        """(7,) the object states' mean, fitted on the training data like the latent statistics
+        (:meth:`set_object_stats`); the DiT's buffer (it projects the objects' positions when grounded)."""
+        return self.dit.object_mean
+
+    @property
+    def object_std(self) -> torch.Tensor:
+        """(7,) the object states' std (:attr:`object_mean`)."""
+        return self.dit.object_std
 
     def normalise_objects(self, poses: torch.Tensor) -> torch.Tensor:
         """Object poses (..., K, 7) [xyz m, wxyz quaternion] -> the DiT's normalised states: each quaternion with

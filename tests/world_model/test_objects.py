@@ -207,7 +207,7 @@ def test_object_model_round_trips_through_save_and_load(tmp_path):
     back = WorldModel.from_pretrained(tmp_path / "m")
     assert back.config.to_dict() == wm.config.to_dict()
     sd, back_sd = wm.state_dict(), back.state_dict()
-    assert sd.keys() == back_sd.keys() and {"object_mean", "object_std", "dit.object_out.weight"} <= set(sd)
+    assert sd.keys() == back_sd.keys() and {"dit.object_mean", "dit.object_std", "dit.object_out.weight"} <= set(sd)
     for k in sd:
         assert torch.equal(sd[k], back_sd[k]), k
     x, c, o = latents(wm.config, 1, 3), conds(1, 3), objects(1, 3)
@@ -215,6 +215,32 @@ def test_object_model_round_trips_through_save_and_load(tmp_path):
     with torch.no_grad():
         a, b = wm.dit(x, t, c, objects=o), back.dit(x, t, c, objects=o)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_grounded_objects_project_like_the_hand():
+    """An object at the tool point's world position gets the tool point's own per-token features (exterior views
+    and the wrist view, which goes through the flange pose); a grounded model's image tokens see where the objects
+    are."""
+    from neuralsim import kinematics as Kin
+    from neuralsim.world_model.grounding import FEATURES_PER_POINT, ViewProjector, scene_geometry
+
+    projector = ViewProjector(scene_geometry("legible"), grid=4)
+    q = torch.as_tensor(Kin.RESET_JOINT_POSITION, dtype=torch.float32) + 0.2
+    cond = torch.cat([Kin.forward_kinematics(q), torch.tensor([0.3])])[None]  # (1, 7)
+    hand = projector(cond).view(1, 48, -1, FEATURES_PER_POINT)  # (1, N, P, F)
+    tool = Kin.tool_pose(q.double().numpy())[0]
+    at_tool = projector.object_features(cond, torch.tensor(tool, dtype=torch.float32)[None, None])
+    torch.testing.assert_close(at_tool, hand[:, :, 0], atol=1e-4, rtol=1e-4)
+    wm = _with_objects(4, base="tiny_grounded")
+    x, c, o = latents(wm.config, 1, 3), conds(1, 3) * 0.1, objects(1, 3)
+    t = torch.full((1, 3), 0.5)
+    o2 = o.clone()
+    o2[..., :3] += 0.5
+    with torch.no_grad():
+        a, b = wm.dit(x, t, c, objects=o)[0], wm.dit(x, t, c, objects=o2)[0]
+        wm.dit.blocks[0].object_gate.zero_(), wm.dit.blocks[1].object_gate.zero_()  # no attention path to them
+        a0, b0 = wm.dit(x, t, c, objects=o)[0], wm.dit(x, t, c, objects=o2)[0]
+    assert not torch.allclose(a, b) and not torch.allclose(a0, b0)  # the projection alone moves the image tokens
 
 
 def test_object_normalisation_round_trips_and_takes_w_positive():
@@ -321,40 +347,36 @@ def test_step_forcing_with_objects_trains_on_simdroid_data_and_a_model_without_t
     assert "num_objects" not in json.loads((tmp_path / "plain_synthetic" / "model" / "config.json").read_text())["dit"]
 
 
-def test_a_model_with_objects_on_data_without_poses_is_refused_naming_the_data(simdroid_data, tmp_path):
-    import shutil
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from neuralsim.data.reader import OBJECT_STATE_COLUMNS
+def test_a_model_with_objects_on_data_without_poses_is_refused_naming_the_data(simdroid_data, tmp_path,
+                                                                              monkeypatch):
+    """Data recorded before the object-state columns (the reader gives no object state: tests/data) or synthetic
+    clips without objects: the run stops before its first step, naming the data."""
+    from neuralsim.data import reader
     from neuralsim.world_model.batches import ObjectStateMissing
     from neuralsim.world_model.train import train
 
-    old = tmp_path / "old"
-    shutil.copytree(simdroid_data, old)
-    for path in (old / "data").glob("*.parquet"):
-        table = pq.read_table(path)
-        pq.write_table(pa.table({c: table.column(c) for c in table.column_names if c not in OBJECT_STATE_COLUMNS}),
-                       path)
-    with pytest.raises(ObjectStateMissing, match=f"dataset '{old}' .*records no object poses"):
-        train(_train_cfg(tmp_path / "a", data=str(old)))
     with pytest.raises(ObjectStateMissing, match="SyntheticClipDataset item .* records no object poses"):
         train(_train_cfg(tmp_path / "b", data="synthetic:8"))
+    monkeypatch.setattr(reader, "read_object_state", lambda root, record: None)
+    with pytest.raises(ObjectStateMissing, match=f"dataset '{simdroid_data}' .*records no object poses"):
+        train(_train_cfg(tmp_path / "a", data=str(simdroid_data)))
+    assert not (tmp_path / "a" / "metrics.jsonl").exists()
 
 
 # ----------------------------------------------------------------------------- model edit, env
-def test_model_edit_adds_object_state_without_changing_the_image_predictions(tmp_path):
+@pytest.mark.parametrize("base", ["tiny", "tiny_grounded"])
+def test_model_edit_adds_object_state_without_changing_the_image_predictions(tmp_path, base):
     from neuralsim.world_model.edit import EditConfig, edit_model
     from neuralsim.world_model.info import checkpoint_info, format_checkpoint_info
 
-    plain = _plain()
+    torch.manual_seed(0)
+    plain = WorldModel(preset(base)).eval()
     randomise(plain.dit, 2)
     plain.save_pretrained(tmp_path / "plain")
     edit_model(EditConfig(checkpoint=str(tmp_path / "plain"), out=str(tmp_path / "objects"), objects=K))
     back = WorldModel.from_pretrained(tmp_path / "objects")
     assert back.config.dit.num_objects == K and back.config.recipe["edits"][-1] == {"objects": K}
-    x, c, t = latents(plain.config, 2, 4), conds(2, 4), torch.full((2, 4), 0.6)
+    x, c, t = latents(plain.config, 2, 4), conds(2, 4) * 0.1, torch.full((2, 4), 0.6)
     with torch.no_grad():
         want = plain.dit(x, t, c)
         v, vo = back.dit(x, t, c, objects=objects(2, 4))
@@ -363,10 +385,10 @@ def test_model_edit_adds_object_state_without_changing_the_image_predictions(tmp
     # rolled out through the cache, the frames are the plain model's too
     s_plain, s_obj = plain.new_state(2, window=3), back.new_state(2, window=3)
     views = torch.randint(0, 256, (2, 3, 16, 16, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
-    plain.reset(s_plain, None, views, conds(2, seed=2))
-    back.reset(s_obj, None, views, conds(2, seed=2))
+    plain.reset(s_plain, None, views, conds(2, seed=2) * 0.1)
+    back.reset(s_obj, None, views, conds(2, seed=2) * 0.1)
     for n in range(4):
-        noise, cn = latents(plain.config, 2, seed=10 + n), conds(2, seed=20 + n)
+        noise, cn = latents(plain.config, 2, seed=10 + n), conds(2, seed=20 + n) * 0.1
         torch.testing.assert_close(back.generate(s_obj, noise, cn), plain.generate(s_plain, noise, cn), atol=1e-5,
                                    rtol=1e-5)
     assert "object state: 2 object tokens per frame" in format_checkpoint_info(checkpoint_info(tmp_path / "objects"))
