@@ -201,18 +201,19 @@ def decoder_references(model, dataset, idx: list[int], frames_per_clip: int, ima
     return rep(views), rep(latents)
 
 
-def latent_source(model, dataset, device, progress: bool):
+def latent_source(model, dataset, device, progress: bool, objects: bool = False):
     """The latents of ``dataset``'s clips under ``model``'s frozen encoder, indexed like the dataset, with the
     conditioning the model is trained on: one :class:`~neuralsim.world_model.latents.LatentStore` per dataset
-    root (a :class:`~neuralsim.world_model.latents.ConcatLatents` over several), else a :class:`LatentMemo`.  For a
-    model with object state each also serves the clips' object poses (``get_objects``)."""
+    root (a :class:`~neuralsim.world_model.latents.ConcatLatents` over several), else a :class:`LatentMemo`.  With
+    ``objects`` (the DiT stage of a model with object state) each also serves the clips' recorded object poses
+    (``get_objects``)."""
     from .latents import ConcatLatents, LatentStore
 
     cfg = model.config
 
     def store(part):
         return LatentStore(model.autoencoder, part, device, progress=progress, gripper=cfg.gripper_conditioning,
-                           arm=cfg.arm_conditioning, num_objects=cfg.dit.num_objects)
+                           arm=cfg.arm_conditioning, num_objects=cfg.dit.num_objects if objects else 0)
 
     if hasattr(dataset, "parts"):
         return ConcatLatents(dataset, [store(part) for part in dataset.parts])

@@ -393,7 +393,7 @@ def train_dit(run: Run) -> dict:
 
     cfg, model = run.cfg, run.model
     k = model.config.dit.num_objects
-    memo = latent_source(model, run.dataset, run.device, cfg.progress and run.is_main)
+    memo = latent_source(model, run.dataset, run.device, cfg.progress and run.is_main, objects=bool(k))
     recipe = dict(model.config.recipe)
     first = list(range(min(len(run.dataset), 32)))
     if run.checkpoint is None and not recipe.get("latent_stats_fitted"):

@@ -347,6 +347,19 @@ def test_step_forcing_with_objects_trains_on_simdroid_data_and_a_model_without_t
     assert "num_objects" not in json.loads((tmp_path / "plain_synthetic" / "model" / "config.json").read_text())["dit"]
 
 
+def test_the_decoder_stage_of_a_model_with_objects_needs_no_poses_and_rolls_out(simdroid_data, tmp_path):
+    """Only the DiT stage reads the poses: a decoder stage trains on data without them, and on the model's own
+    rollouts (the object reader starts each episode's objects, the DiT carries them)."""
+    from neuralsim.world_model.train import train
+
+    train(_train_cfg(tmp_path / "dit", data=str(simdroid_data), steps=2))
+    model = str(tmp_path / "dit" / "model")
+    assert train(_train_cfg(tmp_path / "dec", stage="decoder", data="synthetic:4", steps=1, num_objects=0,
+                            init_from=model))["step"] == 1
+    assert train(_train_cfg(tmp_path / "roll", stage="decoder", data=str(simdroid_data), steps=1, num_objects=0,
+                            init_from=model, rollout_share=0.5))["step"] == 1
+
+
 def test_a_model_with_objects_on_data_without_poses_is_refused_naming_the_data(simdroid_data, tmp_path,
                                                                               monkeypatch):
     """Data recorded before the object-state columns (the reader gives no object state: tests/data) or synthetic
