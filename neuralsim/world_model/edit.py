@@ -96,11 +96,11 @@ def edit_model(cfg: EditConfig):
         done["reference_head"] = cfg.reference_head
     if cfg.grounding is not None and cfg.grounding != model.config.dit.grounding:
         torch.manual_seed(cfg.seed)
-        model = _with_dit(model, grounding=cfg.grounding, geometry=None)
+        model = with_dit(model, grounding=cfg.grounding, geometry=None)
         done["grounding"] = cfg.grounding
     if cfg.objects is not None and cfg.objects != model.config.dit.num_objects:
         torch.manual_seed(cfg.seed)
-        model = _with_dit(model, num_objects=cfg.objects)
+        model = with_dit(model, num_objects=cfg.objects)
         recipe = model.config.recipe
         model.config.recipe = {k: v for k, v in recipe.items() if k != "object_stats_fitted"}  # the next stage fits
         done["objects"] = cfg.objects
@@ -120,7 +120,7 @@ def edit_model(cfg: EditConfig):
     return model
 
 
-def _with_dit(model, **fields):
+def with_dit(model, **fields):
     """A copy of ``model`` with DiT config ``fields`` set (``geometry=None``: the cameras of its scene), every weight
     of the same name and shape kept; added parts (a grounding embedding, object tokens) are drawn fresh, each with
     its output at zero."""

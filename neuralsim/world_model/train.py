@@ -109,11 +109,12 @@ class TrainConfig:
     config: Literal["default", "tiny", "default_grounded", "tiny_grounded"] = "default"
     """The architecture preset of a model started from scratch (no ``init_from``); ``_grounded``: with the
     conditioning grounded in each view (``dit.grounding="projected"``)."""
-    num_objects: int = 0
-    """A model started from scratch: K object tokens per frame, each object's pose carried and predicted beside the
-    image tokens (``dit.num_objects``; the data must record K objects' poses); 0: none.  A trained model gains them
-    with ``neuralsim model edit --objects K``."""
-    object_loss_weight: float = 1.0
+    num_objects: int | None = field(default=None, metadata={"cli": False})
+    """K object tokens per frame, each object's pose carried and predicted beside the image tokens
+    (``dit.num_objects``; the data must record K objects' poses): a model started from scratch gets them, a model
+    without object state gets fresh ones (as ``neuralsim model edit --objects K`` gives them), a model with another K
+    is refused.  None: the model's own (from scratch: none)."""
+    object_loss_weight: float = field(default=1.0, metadata={"cli": False})
     """DiT stage of a model with object state: the weight of the object loss (and of the object reader's) beside
     the image loss; ``loss`` = image + weight x (object + reader), each logged on its own."""
     steps: int = 1000
@@ -179,7 +180,8 @@ class TrainConfig:
             raise ValueError(f"unknown stage {self.stage!r}; choose one of {STAGES}")
         if self.stage == "dit" and self.objective not in _objectives():
             raise ValueError(f"unknown objective {self.objective!r}; choose one of {_objectives()}")
-        if self.num_objects < 0 or not (math.isfinite(self.object_loss_weight) and self.object_loss_weight >= 0):
+        if (self.num_objects is not None and self.num_objects < 0) or not (
+                math.isfinite(self.object_loss_weight) and self.object_loss_weight >= 0):
             raise ValueError(f"need num_objects >= 0 and object_loss_weight >= 0, got {self.num_objects} and "
                              f"{self.object_loss_weight}")
         if self.steps < 0 or self.batch_size < 1 or self.decay_steps < 0 or self.warmup < 0:
@@ -251,8 +253,9 @@ def _records_scene(model_dir) -> bool:
 
 
 def build_model(cfg: TrainConfig, checkpoint: Path | None):
-    """The model a stage starts from: the checkpoint's raw weights on a resume, else ``init_from``, else a fresh
-    model of preset ``config`` with ``num_objects`` (its weights drawn after seeding torch with ``seed``)."""
+    """The model a stage starts from: the checkpoint's raw weights on a resume, else ``init_from`` (given fresh object
+    state if ``num_objects`` asks for it), else a fresh model of preset ``config`` with ``num_objects`` (its weights
+    drawn after seeding torch with ``seed``)."""
     import torch
 
     from .config import WorldModelConfig, preset
@@ -261,14 +264,19 @@ def build_model(cfg: TrainConfig, checkpoint: Path | None):
     if checkpoint is not None or cfg.init_from:
         log.info("resuming from %s" if checkpoint is not None else "initialised from %s", checkpoint or cfg.init_from)
         model = WorldModel.from_pretrained(checkpoint / "raw" if checkpoint is not None else cfg.init_from)
-        if cfg.num_objects and cfg.num_objects != model.config.dit.num_objects:
-            raise ValueError(f"num_objects={cfg.num_objects} is for a model started from scratch; "
-                             f"{checkpoint or cfg.init_from} carries {model.config.dit.num_objects} (give it object "
-                             "state with `neuralsim model edit --objects K`)")
-        return model
+        have = model.config.dit.num_objects
+        if cfg.num_objects is None or cfg.num_objects == have:
+            return model
+        if have:
+            raise ValueError(f"num_objects={cfg.num_objects}, but {checkpoint or cfg.init_from} carries {have} objects "
+                             "(`neuralsim model edit --objects K` changes them)")
+        from .edit import with_dit
+
+        torch.manual_seed(cfg.seed)
+        return with_dit(model, num_objects=cfg.num_objects)
     torch.manual_seed(cfg.seed)
     config = preset(cfg.config)
-    if cfg.num_objects:
+    if cfg.num_objects:  # None or 0: none
         d = config.to_dict()
         d["dit"]["num_objects"] = cfg.num_objects
         config = WorldModelConfig.from_dict(d)

@@ -343,6 +343,13 @@ def test_step_forcing_with_objects_trains_on_simdroid_data_and_a_model_without_t
     assert wm.config.scene == "legible" and 0.4 < float(wm.object_mean[0]) < 0.7  # the cubes' x [m]
     train(_train_cfg(tmp_path / "plain", data=str(simdroid_data), num_objects=0))  # the poses are simply not used
     assert "loss_object" not in _metrics(tmp_path / "plain")[0]
+    # a stage asking for object state on a model without it gives it fresh ones (as `model edit --objects` does)
+    train(_train_cfg(tmp_path / "more", data=str(simdroid_data), init_from=str(tmp_path / "plain" / "model")))
+    more = WorldModel.from_pretrained(tmp_path / "more" / "model")
+    assert more.config.dit.num_objects == K and more.config.recipe["object_stats_fitted"]
+    with pytest.raises(ValueError, match="carries 2 objects"):
+        train(_train_cfg(tmp_path / "x", data=str(simdroid_data), init_from=str(tmp_path / "more" / "model"),
+                         num_objects=3))
     train(_train_cfg(tmp_path / "plain_synthetic", num_objects=0))
     assert "num_objects" not in json.loads((tmp_path / "plain_synthetic" / "model" / "config.json").read_text())["dit"]
 
@@ -354,9 +361,9 @@ def test_the_decoder_stage_of_a_model_with_objects_needs_no_poses_and_rolls_out(
 
     train(_train_cfg(tmp_path / "dit", data=str(simdroid_data), steps=2))
     model = str(tmp_path / "dit" / "model")
-    assert train(_train_cfg(tmp_path / "dec", stage="decoder", data="synthetic:4", steps=1, num_objects=0,
+    assert train(_train_cfg(tmp_path / "dec", stage="decoder", data="synthetic:4", steps=1, num_objects=None,
                             init_from=model))["step"] == 1
-    assert train(_train_cfg(tmp_path / "roll", stage="decoder", data=str(simdroid_data), steps=1, num_objects=0,
+    assert train(_train_cfg(tmp_path / "roll", stage="decoder", data=str(simdroid_data), steps=1, num_objects=None,
                             init_from=model, rollout_share=0.5))["step"] == 1
 
 
