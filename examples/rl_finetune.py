@@ -10,16 +10,16 @@ world-model reward that rises while the SimDROID curve does not means the policy
 or its judge, not to do the task.
 
 This is the smallest budget that shows both curves.  The full command is ``neuralsim rl`` (``python -m
-benchmarks.rl``): resumable runs, the checkpoint kept by the SimDROID guard, a plot, before/after videos, Ray
-workers and the report in ``benchmarks/results/rl.json``.
+policies.finetune.rl``): resumable runs, the checkpoint kept by the SimDROID guard, a plot, before/after videos, Ray
+workers and the report, all in its ``--out`` folder.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from benchmarks.rl import RLConfig, run
-from benchmarks.rl_grpo import GRPOConfig
+from policies.finetune.grpo import GRPOConfig
+from policies.finetune.rl import RLConfig, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = RLConfig(policy=a.policy, checkpoint=a.checkpoint, out=a.out, iterations=a.iterations, groups=2,
                    group_size=4, horizon=a.horizon, eval_every=max(1, a.iterations // 3), heldout=a.heldout,
-                   videos=1, results=f"{a.out}/rl.json", progress=False, grpo=GRPOConfig(lr=3e-5))
+                   videos=1, progress=False, grpo=GRPOConfig(lr=3e-5))
     report = run(cfg)
 
     print(f"{'iteration':>9s} {'env steps':>9s} {'world-model reward':>18s} {'SimDROID success':>16s}")

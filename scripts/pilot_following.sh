@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The following pilot (docs/EXPERIMENTS.md, "Following its actions"): two arms at equal samples on the legible data,
 # each a fresh DiT on the legible recipe's trained autoencoder, Diffusion Forcing then Step Forcing, with snapshots,
-# and each stage's learning curve of following (python -m benchmarks.dynamics --curve).
+# and each stage's learning curve of following (python -m benchmarks.fidelity.dynamics --curve).
 #   control:  today's design;  grounded:  + geometry-grounded conditioning (neuralsim model edit --grounding projected)
 # Both arms train at once (two processes on one device).  Every call stops by MINUTES and resumes where it stopped:
 #   DEVICE=cuda BATCH=128 MINUTES=7 bash scripts/pilot_following.sh      # on a lent GPU, one call per device run
@@ -73,8 +73,8 @@ mkdir -p "$RESULTS"
 for name in control grounded; do
   for stage in df sf; do
     if [ -d "$OUT/$name/$stage/snapshots" ]; then
-      python -m benchmarks.dynamics --curve "$OUT/$name/$stage" --data "$HELDOUT" --max-episodes "$CURVE_EPISODES" \
-        --no-progress --out "$RESULTS/curve_${name}_${stage}.json" | tail -n 8
+      python -m benchmarks.fidelity.dynamics --curve "$OUT/$name/$stage" --data "$HELDOUT" \
+        --max-episodes "$CURVE_EPISODES" --no-progress --out "$RESULTS/curve_${name}_${stage}.json" | tail -n 8
     fi
   done
 done

@@ -1,7 +1,7 @@
 """Accuracy of a judge against ground-truth rubric levels: exact level and within +-1.
 
 Works for any judge returning a Judgement whose score is a rubric level (the offline judge, or a
-VLM judge such as ``roboworld:openai/gpt-4o``).  Used by ``benchmarks/judge_accuracy.py``.
+VLM judge such as ``roboworld:openai/gpt-4o``).  Used by ``benchmarks/judges/accuracy.py``.
 """
 
 from __future__ import annotations

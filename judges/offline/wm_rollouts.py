@@ -15,7 +15,7 @@ own error -- keep that in mind when reading accuracy on this data).
 
 The output is a dataset directory in the same layout as ``neuralsim data generate`` writes
 (:mod:`neuralsim.data.writer`), readable by :mod:`judges.offline.dataset` and
-``benchmarks/judge_accuracy.py``.  A replay keeps its source's ``episode_index`` (also stored as
+``benchmarks/judges/accuracy.py``.  A replay keeps its source's ``episode_index`` (also stored as
 ``source_episode_index``, which keeps a scene and its replay on the same side of the training
 split) and records ``source: "world_model"``, the checkpoint and the world-model noise seed; the
 source's per-frame ``ground_truth.*`` columns (rubric level, success, target distance) are copied too

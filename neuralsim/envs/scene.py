@@ -111,7 +111,7 @@ CLASSIC = SceneConfig(
 #: The scene of ``SimDROID-v1``, legible at 64x64: two 6 cm cubes (the hand opens 8 cm; the target and the base
 #: for stacking or a distractor) on a compact workspace, seen from high beside it through an 18.5 deg field of
 #: view, so every cube spans at least 8 pixels in each exterior view wherever a task can put it
-#: (``benchmarks/legibility.py`` measures it).
+#: (``benchmarks/fidelity/legibility.py`` measures it).
 LEGIBLE = SceneConfig(
     name="legible", cube_size=0.06, num_cubes=2, bowl_half=0.05, bowl_wall_h=0.04, bowl_wall_t=0.008,
     pad_half=0.055, cube_region=((0.45, 0.59), (-0.10, 0.10)), ood_target_region=((0.42, 0.62), (-0.13, 0.13)),

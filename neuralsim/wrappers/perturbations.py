@@ -15,7 +15,7 @@ untouched; MiraBench uses 0.5) and is discoverable by name::
 
 Where a family differs from the paper it is because the paper's operator either needs the future of
 the action stream (not available to a wrapper in a closed loop), or does not make a DROID task fail
-under true physics (checked in SimDROID by ``python -m benchmarks.perturbation_guarantee``); each
+under true physics (checked in SimDROID by ``python -m benchmarks.optimism_bias.perturbation_guarantee``); each
 docstring says how and why.
 """
 

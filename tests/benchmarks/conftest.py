@@ -19,6 +19,6 @@ def heldout_split(tmp_path_factory):
 @pytest.fixture(scope="session")
 def one_true_episode(heldout_split):
     """That episode, loaded as the benchmarks load it."""
-    from benchmarks.fidelity_episodes import load_split
+    from benchmarks.common.heldout import load_split
 
     return load_split(heldout_split, 64, 1)[0]

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import dynamics as D
+from benchmarks.fidelity import dynamics as D
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def legible_split(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def legible_episodes(legible_split):
-    from benchmarks.fidelity_episodes import load_split
+    from benchmarks.common.heldout import load_split
 
     return load_split(legible_split, 64)
 
@@ -70,7 +70,7 @@ def test_phases_read_the_recorded_object_state(legible_episodes):
 def test_the_true_frames_follow_a_held_frame_does_not_and_half_speed_reads_about_half(legible_episodes):
     """The readers on true frames score ~1 (arm and cube), the last frame held scores 0 exactly, and a video that
     moves at half the speed (frame j shows true frame start + j // 2) scores well below 1 and above 0."""
-    from benchmarks.object_probe import default_dir, load
+    from benchmarks.common.object_probe import default_dir, load
 
     probe = load(default_dir("legible"))
     eps = legible_episodes
@@ -93,7 +93,7 @@ def test_the_true_frames_follow_a_held_frame_does_not_and_half_speed_reads_about
 
 
 def test_rollouts_start_from_the_true_frame_and_do_not_depend_on_the_batching(tiny_checkpoint, legible_split):
-    from benchmarks.fidelity_episodes import load_split
+    from benchmarks.common.heldout import load_split
     from neuralsim.envs.neural_droid import load_world_model
 
     wm = load_world_model(tiny_checkpoint)

@@ -14,9 +14,9 @@ import torch
 
 pytest.importorskip("pytorch_msssim")
 
-from benchmarks import fidelity as F  # noqa: E402
-from benchmarks import object_probe as P  # noqa: E402
-from benchmarks.stats import wilson_interval  # noqa: E402
+from benchmarks.common import object_probe as P  # noqa: E402
+from benchmarks.common.stats import wilson_interval  # noqa: E402
+from benchmarks.fidelity import fidelity as F  # noqa: E402
 from neuralsim.data.generate import generate  # noqa: E402
 from neuralsim.data.reader import list_episodes  # noqa: E402
 from neuralsim.episode import VIEW_NAMES  # noqa: E402
@@ -315,7 +315,7 @@ def test_quick_run_writes_json_and_table(tiny_checkpoint, splits, probe_dir, tmp
 
 
 def test_a_quick_run_without_out_leaves_the_full_report_alone(tiny_checkpoint, splits, tmp_path, monkeypatch):
-    import benchmarks.results_path as R
+    import benchmarks.common.results_path as R
     monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
     full = tmp_path / "fidelity.json"
     full.write_text('{"stands for": "the committed full report"}')
@@ -497,7 +497,7 @@ def test_position_errors_have_the_never_moving_reference(splits, probe_dir):
     # a video frozen at frame 0 ends where the probe puts the cube at the start
     frozen = F.position_errors(probe, eps, [np.repeat(e.frames[:1], len(e), axis=0) for e in eps])
     ext = [VIEW_NAMES.index(v) for v in P.EXTERIOR_VIEWS]
-    at_start = P.locate(probe, np.stack([e.frames[0][ext] for e in eps]), np.stack([e.target_rgb for e in eps]))
+    at_start = P.locate(probe, np.stack([e.frames[0][ext] for e in eps]), F.target_rgb(eps))
     starts = np.stack([e.target_start_xy for e in eps])
     assert frozen["generated_end_from_start_m_mean"] == pytest.approx(
         np.linalg.norm(at_start[:, :2] - starts, axis=1).mean())
@@ -523,7 +523,7 @@ def test_position_track_compares_generated_and_true_frames_over_time(splits, pro
     # a video frozen at frame 0: its track error at frame t is the probe's distance between frames 0 and t
     frozen = F.position_errors(probe, eps, [np.repeat(e.frames[:1], len(e), axis=0) for e in eps], track_every=4)
     ext = [VIEW_NAMES.index(v) for v in P.EXTERIOR_VIEWS]
-    rgb = np.stack([e.target_rgb for e in eps])
+    rgb = F.target_rgb(eps)
     first = P.locate(probe, np.stack([e.frames[0][ext] for e in eps]), rgb)[:, :2]
     last = P.locate(probe, np.stack([e.frames[frames[-1]][ext] for e in eps]), rgb)[:, :2]
     assert frozen["track"][-1]["error_m_mean"] == pytest.approx(np.linalg.norm(first - last, axis=1).mean())

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import idm as D
+from benchmarks.common import idm as D
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_labels_decode_back_to_the_true_moves():
 
 
 def test_the_true_moves_replayed_through_the_controller_succeed(one_true_episode):
-    from benchmarks.idm_turing import replay
+    from benchmarks.mirabench.idm_turing import replay
     from neuralsim.envs.sim_droid import SimDROIDEnv
 
     e = one_true_episode
@@ -92,8 +92,8 @@ def test_the_true_moves_replayed_through_the_controller_succeed(one_true_episode
 
 
 def test_idm_turing_smoke_with_the_true_video_as_generated(one_true_episode, heldout_split, tiny_idm, tmp_path):
-    from benchmarks import idm_turing
-    from benchmarks.world_model_videos import checkpoint_hash
+    from benchmarks.mirabench import idm_turing
+    from benchmarks.mirabench.world_model_videos import checkpoint_hash
 
     e = one_true_episode
     cache = tmp_path / "videos"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks import judge_ranking as jr
+from benchmarks.judges import ranking as jr
 
 
 def test_graded_set_spans_skill_levels():

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import mirabench_indicators as I
-from benchmarks.cube_tracks import reference_colours, window_blobs
+from benchmarks.common.cube_tracks import reference_colours, window_blobs
+from benchmarks.mirabench import indicators as I
 
 T = 60
 
@@ -132,8 +132,8 @@ def test_window_blobs_counts_a_painted_cube_and_nothing_once_painted_out():
 
 
 def test_tracker_on_a_true_video_and_with_the_target_painted_out(one_true_episode, one_torch_thread):
-    from benchmarks.cube_tracks import track_video
-    from benchmarks.object_probe import DEFAULT_DIR, load
+    from benchmarks.common.cube_tracks import track_video
+    from benchmarks.common.object_probe import DEFAULT_DIR, load
 
     e = one_true_episode
     probe = load(DEFAULT_DIR)
@@ -143,7 +143,7 @@ def test_tracker_on_a_true_video_and_with_the_target_painted_out(one_true_episod
     # paint every pixel of the target's colour with the table's from frame 10 on
     frames = e.frames.copy()
     target = cubes.index(e.record["target"])
-    from benchmarks.object_probe import colour_rgb
+    from benchmarks.common.object_probe import colour_rgb
 
     rgb = 255.0 * colour_rgb(cubes[target])
     near = np.linalg.norm(frames[10:, :2].astype(float) - rgb, axis=-1) < 90
@@ -155,8 +155,8 @@ def test_tracker_on_a_true_video_and_with_the_target_painted_out(one_true_episod
 def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, heldout_split, tmp_path,
                                                           one_torch_thread):
     """The pipeline end to end on one episode, the true video cached as the world model's (no generation)."""
-    from benchmarks import mirabench
-    from benchmarks.world_model_videos import checkpoint_hash
+    from benchmarks.mirabench import mirabench
+    from benchmarks.mirabench.world_model_videos import checkpoint_hash
 
     e = one_true_episode
     cache = tmp_path / "videos"
@@ -177,7 +177,7 @@ def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, held
 def test_a_missing_split_is_refused_with_the_command_that_makes_it(name, tmp_path, capsys):
     import importlib
 
-    module = importlib.import_module(f"benchmarks.{name}")
+    module = importlib.import_module(f"benchmarks.mirabench.{name}")
     with pytest.raises(SystemExit) as e:
         module.main(["--data", str(tmp_path / "nothing"), "--quick", "--no-progress"])
     assert e.value.code == 2

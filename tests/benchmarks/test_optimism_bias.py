@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import optimism_bias as OB
-from benchmarks.stats import mcnemar_exact, wilson_interval
+from benchmarks.common.stats import mcnemar_exact, wilson_interval
+from benchmarks.optimism_bias import optimism_bias as OB
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judges"))
 from judges_testing import openai_server  # noqa: E402,F401  (fixture: loopback /v1/chat/completions)
@@ -178,7 +178,7 @@ def test_an_episode_measures_the_same_alone_or_in_a_longer_run(tiny_checkpoint):
 def test_probe_reads_the_outcome_of_a_true_episode(scene, seed):
     """Each scene's shipped object probe sees the cube in the bowl at the end of a clean expert episode, not at its
     start (with that scene's bowl)."""
-    from benchmarks.object_probe import default_dir, load
+    from benchmarks.common.object_probe import default_dir, load
     from neuralsim.envs.episodes import EpisodeSpec
     from neuralsim.envs.experts import ScriptedExpert
     from neuralsim.envs.sim_droid import SimDROIDEnv

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks import policy_success as PS
+from benchmarks.policy_success import policy_success as PS
 
 
 def test_a_baseline_report_records_its_episodes_and_replanning(tmp_path, capsys):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import results_path as R
+from benchmarks.common import results_path as R
 
 
 def test_full_and_quick_reports_have_their_own_files(tmp_path):

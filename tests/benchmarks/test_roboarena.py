@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import roboarena as RA
-from benchmarks.policy_set import resolve_policy
+from benchmarks.common.policy_set import resolve_policy
+from benchmarks.roboarena import roboarena as RA
 from policies import UnknownPolicyError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
@@ -251,7 +251,7 @@ def test_an_unreachable_judge_is_named_in_the_rows_and_the_summary(tiny_checkpoi
 # ----------------------------------------------------------------------------- the command line
 def roboarena_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m benchmarks.roboarena ARGS`` in a subprocess, from the repository."""
-    root = Path(RA.__file__).resolve().parents[1]
+    root = Path(RA.__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run([sys.executable, "-m", "benchmarks.roboarena", "--no-progress", *args], cwd=cwd or root,
                           env=env, capture_output=True, text=True, timeout=timeout)
@@ -315,7 +315,7 @@ def test_user_mistakes_get_one_line_and_exit_2(arena, tmp_path, args, needles):
 def test_ctrl_c_during_a_ray_run_says_what_was_saved(tiny_checkpoint, tmp_path):
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'neuralsim[ray]')")
     out = tmp_path / "ray"
-    root = Path(RA.__file__).resolve().parents[1]
+    root = Path(RA.__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     cmd = [sys.executable, "-m", "benchmarks.roboarena", "--no-progress", "--ray", "--ray-workers", "1", "--policy",
            "zero", "--episodes", "40", "--chunk", "1", "--steps", "6", "--videos", "0", "--bootstrap", "20",
@@ -396,16 +396,16 @@ def assert_fits(dom: str, width: int) -> None:
 
 def committed_summary() -> dict:
     """The shipped run's summary (8 policies x 20 episodes): the leaderboard of a real run, crowded scatter points."""
-    return json.loads((Path(RA.__file__).parent / "results" / "roboarena.json").read_text())
+    return json.loads((RA.RUN_DIR / "roboarena.json").read_text())
 
 
 @pytest.mark.slow
 def test_a_full_report_fits_1280px_and_names_the_policies_without_videos(tmp_path):
-    from benchmarks.roboarena_report import write_report
+    from benchmarks.roboarena.report import write_report
 
     summary = committed_summary()
     (tmp_path / "videos").mkdir()
-    shutil.copy(Path(RA.__file__).parent / "results" / "roboarena" / "videos" / "zero_0.mp4", tmp_path / "videos")
+    shutil.copy(RA.RUN_DIR / "videos" / "zero_0.mp4", tmp_path / "videos")
     summary["rows"][0]["videos"] = []  # a policy whose run recorded none
     page = write_report(summary, tmp_path)
     dom = chromium_dom(page, tmp_path / "profile")
@@ -418,7 +418,7 @@ def test_a_full_report_fits_1280px_and_names_the_policies_without_videos(tmp_pat
 
 
 def test_scatter_names_every_point_without_overlap():
-    from benchmarks.roboarena_report import scatter_figure
+    from benchmarks.roboarena.report import scatter_figure
 
     fig = scatter_figure(committed_summary())
     renderer = fig.canvas.get_renderer()
@@ -438,7 +438,7 @@ def test_plots_draw_every_label_inside_their_image():
     """Long judge specs and policy names (a VLM on a server, a remote policy) still fit: nothing is cut off."""
     import matplotlib.pyplot as plt
 
-    from benchmarks.roboarena_report import bars_figure, scatter_figure
+    from benchmarks.roboarena.report import bars_figure, scatter_figure
 
     summary = committed_summary()
     summary["judge"] = "roboworld:openai/Qwen/Qwen2.5-VL-72B-Instruct?base_url=http://gpu-box.example.org:8000/v1"

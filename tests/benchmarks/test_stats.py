@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from benchmarks.stats import bootstrap_grouped_ci, bootstrap_mean_ci, mmrv, pearson, ranks, spearman
+from benchmarks.common.stats import bootstrap_grouped_ci, bootstrap_mean_ci, mmrv, pearson, ranks, spearman
 
 
 def test_pearson_matches_numpy():

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from benchmarks import throughput as TP
+from benchmarks.throughput import throughput as TP
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
@@ -63,9 +63,9 @@ def test_throughput_times_fewer_denoising_passes_on_the_trained_levels(tiny_chec
     schedules = []
     real_generate = WorldModel.generate
 
-    def spy(self, state, noise, cond, rows=None, schedule=None):
+    def spy(self, state, noise, cond, rows=None, schedule=None, **kw):
         schedules.append(tuple(self.config.schedule if schedule is None else schedule))
-        return real_generate(self, state, noise, cond, rows=rows, schedule=schedule)
+        return real_generate(self, state, noise, cond, rows=rows, schedule=schedule, **kw)
 
     monkeypatch.setattr(WorldModel, "generate", spy)
     assert TP.main(["--model", str(tiny_checkpoint), "--batch-sizes", "1", "--steps", "1", "--repeats", "1",

@@ -11,8 +11,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import neuralsim  # noqa: F401  (registers the environments)
-from benchmarks import legibility
-from benchmarks import object_probe as P
+from benchmarks.common import object_probe as P
+from benchmarks.fidelity import legibility
 from neuralsim.data.generate import GenerationMismatchError, generate
 from neuralsim.envs import scene as S
 from neuralsim.envs.experts import run_expert_episode

@@ -96,13 +96,30 @@ def test_train_script_and_reward_function(trained, dataset):
 
 def test_accuracy_benchmark(trained, dataset, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[2]))
-    from benchmarks.judge_accuracy import Args, run
+    from benchmarks.judges.accuracy import Args, run
 
     r = run(Args(data=str(dataset), judge=f"roboworld:offline/{trained}", group_by="family",
                  out=str(tmp_path / "acc.json")))
     assert r["overall"]["n"] == 8 and r["overall"]["failed"] == 0
     assert set(r["by_family"]) == {"fam0", "fam1"}
-    assert json.loads((tmp_path / "acc.json").read_text())["overall"]["within_1"] >= r["overall"]["exact"]
+    report = json.loads((tmp_path / "acc.json").read_text())
+    assert list(report["runs"]) == [f"roboworld:offline/{trained} on {dataset}"]
+    assert report["runs"][f"roboworld:offline/{trained} on {dataset}"]["overall"]["within_1"] >= r["overall"]["exact"]
+
+
+def test_accuracy_report_keeps_one_entry_per_judge_and_dataset(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    from benchmarks.judges.accuracy import write_entry
+
+    path = tmp_path / "judge_accuracy.json"
+    write_entry(path, {"judge": "a", "data": "d1", "n": 1})
+    write_entry(path, {"judge": "a", "data": "d2", "n": 2})
+    write_entry(path, {"judge": "a", "data": "d1", "n": 3})  # the same judge on the same data: replaced
+    runs = json.loads(path.read_text())["runs"]
+    assert {k: v["n"] for k, v in runs.items()} == {"a on d1": 3, "a on d2": 2}
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="not a judge-accuracy report"):
+        write_entry(path, {"judge": "a", "data": "d1", "n": 1})
 
 
 def test_level_accuracy():

@@ -404,7 +404,7 @@ def test_fetch_clips_can_give_the_arm_replay():
 def test_snapshot_every_keeps_the_models_a_learning_curve_reads(tmp_path):
     """``snapshot_every`` keeps a copy of the exported model at those steps, bit-identical to what model/ held then,
     and the dynamics benchmark's --curve finds them in step order."""
-    from benchmarks.dynamics import curve_checkpoints
+    from benchmarks.fidelity.dynamics import curve_checkpoints
     from neuralsim.world_model.checkpoint import list_snapshots
 
     out = tmp_path / "run"

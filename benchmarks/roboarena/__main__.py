@@ -1,0 +1,5 @@
+"""``python -m benchmarks.roboarena``: runs :mod:`benchmarks.roboarena.roboarena`."""
+
+from .roboarena import main
+
+raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""``python -m benchmarks.throughput``: runs :mod:`benchmarks.throughput.throughput`."""
+
+from .throughput import main
+
+raise SystemExit(main())
