@@ -152,7 +152,8 @@ class TrainConfig:
     """Steps between resumable checkpoints (one is also written at the end and at the deadline)."""
     snapshot_every: int = 0
     """Steps between kept copies of the exported model, ``OUT/snapshots/step_NNNNNNN/`` (0: none): the checkpoints a
-    learning curve measures (``python -m benchmarks.fidelity.dynamics --curve OUT``).  A kept copy is the model's size."""
+    learning curve measures (``python -m benchmarks.fidelity.dynamics --curve OUT``).  A kept copy is the model's
+    size."""
     log_every: int = 10
     """Steps between metrics.jsonl lines."""
     sample_every: int = 1000
