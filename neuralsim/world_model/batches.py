@@ -16,6 +16,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from .latents import ObjectStateMissing  # noqa: F401  (raised here and importable from here)
+
 log = logging.getLogger(__name__)
 
 #: Clips a :class:`LatentMemo` keeps (fp16 latents; synthetic data, which has no episodes to store).
@@ -93,11 +95,6 @@ def fetch_clips(dataset, indices: list[int], image_size: int, gripper: str = "me
                                              gripper, arm))
         conds.append(cond)
     return torch.stack(frames), torch.stack(conds)
-
-
-class ObjectStateMissing(ValueError):
-    """A model with object state asked for the object poses of data that does not record them (or records another
-    number of objects)."""
 
 
 def fetch_objects(dataset, indices: list[int], num_objects: int):

@@ -35,6 +35,11 @@ LATENT_CACHE_DIR = ".latent_cache"
 ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.")
 
 
+
+class ObjectStateMissing(ValueError):
+    """A model with object state asked for the object poses of data that does not record them (or records another
+    number of objects)."""
+
 def hash_weights(h, state_dict: dict, keep) -> None:
     """Feed every tensor of ``state_dict`` whose name passes ``keep(name)``, name and bytes, in name order, into
     ``h``."""
@@ -188,7 +193,7 @@ class LatentStore(WindowedLatents):
             keeps the measured ones.
         num_objects: K > 0: also hold every frame's K recorded object poses (``objects``, float32 (sum T, K, 7)),
             from the episodes' ``ground_truth.object_pose``; a dataset without them is an
-            :class:`~neuralsim.world_model.batches.ObjectStateMissing` naming it.
+            :class:`ObjectStateMissing` naming it.
     """
 
     def __init__(self, autoencoder, dataset, device="cpu", chunk: int = 64, progress: bool = True,
@@ -252,7 +257,6 @@ def _recorded_objects(root, record: dict, num_objects: int, length: int) -> np.n
     or another number of objects."""
     from neuralsim.data.reader import read_object_state
 
-    from .batches import ObjectStateMissing
 
     state = read_object_state(root, record)
     where = f"dataset {str(root)!r} (episode {record['episode_index']})"
