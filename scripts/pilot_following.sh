@@ -3,13 +3,15 @@
 # each a fresh DiT on the legible recipe's trained autoencoder, Diffusion Forcing then Step Forcing, with snapshots,
 # and each stage's learning curve of following (python -m benchmarks.fidelity.dynamics --curve).
 #   control:  today's design;  grounded:  + geometry-grounded conditioning (neuralsim model edit --grounding projected)
-# Both arms train at once (two processes on one device).  Every call stops by MINUTES and resumes where it stopped:
+#   normalised / fourier:  the condition standardised (and Fourier-featurised) (--condition-features ...)
+#   grounded_fourier:  both
+# The arms named in ARMS train at once (one process each on one device).  Every call stops by MINUTES and resumes where it stopped:
 #   DEVICE=cuda BATCH=128 MINUTES=7 bash scripts/pilot_following.sh      # on a lent GPU, one call per device run
 #   bash scripts/pilot_following.sh                                        # on this CPU (tiny budgets: a smoke run)
 # Environment (defaults in brackets): OUT [runs/pilot_following], DEVICE [cpu], BATCH [8], LR [3e-4 x BATCH/8, at
 # most 2e-3], DF_STEPS [2500], SF_STEPS [10000], SNAPSHOT [1000], MINUTES [8], DATA [data/legible: made from the
 # recipe's seeds if missing], HELDOUT [data/legible_heldout], INIT [checkpoints/legible_default/decoder_final_2/model],
-# CURVE_EPISODES [8], RESULTS [$OUT/results: the curves, copied to $COPY_TO when given, e.g. the device's $OUT].
+# ARMS [control grounded], CURVE_EPISODES [8], RESULTS [$OUT/results: the curves, copied to $COPY_TO when given, e.g. the device's $OUT].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] && . .venv/bin/activate
@@ -27,6 +29,7 @@ HELDOUT="${HELDOUT:-data/legible_heldout}"
 INIT="${INIT:-checkpoints/legible_default/decoder_final_2/model}"
 CURVE_EPISODES="${CURVE_EPISODES:-8}"
 RESULTS="${RESULTS:-$OUT/results}"
+ARMS="${ARMS:-control grounded}"
 FORMAT="npy"; command -v ffmpeg >/dev/null && FORMAT="mp4"
 deadline=$(python -c "import time; print(int(time.time() + 60 * $MINUTES))")
 
@@ -58,19 +61,32 @@ EOF
   fi
 }
 
+edits() {  # the model edit options of an arm
+  case "$1" in
+    control) ;;
+    grounded) echo --grounding projected ;;
+    normalised) echo --condition-features normalised ;;
+    fourier) echo --condition-features fourier ;;
+    grounded_fourier) echo --grounding projected --condition-features fourier ;;
+    *) echo "unknown arm $1 (control, grounded, normalised, fourier, grounded_fourier)" >&2; return 2 ;;
+  esac
+}
+
 mkdir -p "$OUT"
-arm control > "$OUT.control.log" 2>&1 &
-control=$!
-arm grounded --grounding projected > "$OUT.grounded.log" 2>&1 &
-grounded=$!
+pids=()
+for name in $ARMS; do
+  opts=$(edits "$name")
+  # shellcheck disable=SC2086
+  arm "$name" $opts > "$OUT.$name.log" 2>&1 &
+  pids+=($!)
+done
 status=0
-wait "$control" || status=$?
-wait "$grounded" || status=$?
-tail -n 3 "$OUT.control.log" "$OUT.grounded.log"
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+for name in $ARMS; do tail -n 3 "$OUT.$name.log"; done
 [ "$status" = 0 ] || { echo "an arm failed (exit $status); see $OUT.*.log" >&2; exit "$status"; }
 
 mkdir -p "$RESULTS"
-for name in control grounded; do
+for name in $ARMS; do
   for stage in df sf; do
     if [ -d "$OUT/$name/$stage/snapshots" ]; then
       python -m benchmarks.fidelity.dynamics --curve "$OUT/$name/$stage" --data "$HELDOUT" \

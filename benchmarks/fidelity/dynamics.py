@@ -26,6 +26,13 @@ directly, on short rollouts the model starts from *true* frames, conditioned on 
   ``reach`` (none yet), ``after_release`` (after one was), ``idle`` (the flange moves less than
   :data:`IDLE_M` over the window); ``all`` pools them.
 
+**Action response** (``response``), the precursor of every ratio: a model that does not read its conditioning
+cannot follow it.  From the same true context and the same noise, the first frame is generated twice -- under the
+recorded condition of the next frame, and under the condition :data:`RESPONSE_JUMP` frames later (the hand moved on).
+The response is ``sum MSE(jumped, generated) / sum MSE(true frame t+8, true frame t+1)`` over the windows (pixel
+errors): ~0 when the frame ignores where the hand is; of the order of 1 when moving the condition moves the image as
+much as the true motion does (it cannot reach exactly 1: the cube does not teleport with the hand).
+
 Protocols: ``one_step`` (teacher forced: the first generated frame after true context, its pixel error against
 the true next frame beside "repeat the last frame"'s, and the share of generated frames closer to the previous
 true frame than to the next); ``rollout_4`` / ``rollout_8`` (k frames from true context, windows every
@@ -74,6 +81,8 @@ STRIDE = 8
 HORIZONS = (4, 8)
 #: Frames generated from the frame the gripper first holds a cube.
 ONSET_FRAMES = 16
+#: The action response's counterfactual: the first frame conditioned on the state this many frames ahead.
+RESPONSE_JUMP = 8
 #: A window whose flange moves less than this [m] (largest distance from its first frame) is ``idle``.
 IDLE_M = 0.01
 #: Below this mean true displacement at a window's last frame the ratio is not reported (nothing to follow):
@@ -186,14 +195,15 @@ class Window:
 
 
 def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[Window], *, seed: int = 0,
-                        batch_size: int = 16, progress: bool = False) -> list[np.ndarray]:
+                        batch_size: int = 16, progress: bool = False, cond_shift: int = 0) -> list[np.ndarray]:
     """For each window: the true context frames up to its first frame (at most the model's window, teacher forced
     through :meth:`WorldModel.observe`), then ``length`` generated frames conditioned on the recorded robot state.
 
     Returns uint8 (length + 1, V, S, S, 3) per window, frame 0 the true frame ``start`` (the last context frame).
     The decoder's reference (for a model with a reference head) is the episode's frame 0, as in the env.  Each
     window's noise comes from its own generator seeded by (seed, episode index, start): deterministic and
-    independent of the batching."""
+    independent of the batching.  ``cond_shift``: generated frame t is conditioned on the recorded state at
+    ``start + t + cond_shift`` (the action response's counterfactual; 0: the true one)."""
     import torch
     from tqdm import tqdm
 
@@ -238,7 +248,7 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
             frames = np.zeros((b, length + 1, *eps[0].frames.shape[1:]), np.uint8)
             frames[:, 0] = frame_at(0).numpy()
             for t in range(1, length + 1):
-                x = wm.generate(state, row_noise(wm, gens), cond_at(t))
+                x = wm.generate(state, row_noise(wm, gens), cond_at(t + cond_shift))
                 frames[:, t] = wm.decode(x, state.reference()).cpu().numpy()
         for j, f in zip(batch, frames):
             out[j] = f
@@ -314,6 +324,37 @@ def one_step_errors(episodes: Sequence[EvalEpisode], windows: Sequence[Window],
         out.append({"mse_generated": float(((gen - nxt) ** 2).mean()),
                     "mse_repeat_last": float(((prev - nxt) ** 2).mean()),
                     "mse_to_previous": float(((gen - prev) ** 2).mean())})
+    return out
+
+
+def action_response(episodes: Sequence[EvalEpisode], windows: Sequence[Window], generated: Sequence[np.ndarray],
+                    jumped: Sequence[np.ndarray], phases: Sequence[str], resamples: int = 1000) -> dict[str, Any]:
+    """The action response by phase (module docstring): per window the pixel MSE between the first frame generated
+    under the jumped condition and the one generated under the true one, against the MSE between the true frames
+    ``start + 1 + RESPONSE_JUMP - 1`` and ``start + 1``; ratio of sums, 95% bootstrap interval over episodes."""
+    pairs = []
+    for w, gen, jmp in zip(windows, generated, jumped):
+        e = episodes[w.episode]
+        true_far = e.frames[w.start + RESPONSE_JUMP].astype(np.float32)
+        true_next = e.frames[w.start + 1].astype(np.float32)
+        pairs.append((float(((jmp[1].astype(np.float32) - gen[1].astype(np.float32)) ** 2).mean()),
+                      float(((true_far - true_next) ** 2).mean())))
+    out = {}
+    for phase in ("all", *PHASES):
+        keep = [i for i, p in enumerate(phases) if phase == "all" or p == phase]
+        if not keep:
+            continue
+        by_episode: dict[int, list[float]] = {}
+        for i in keep:
+            acc = by_episode.setdefault(windows[i].episode, [0.0, 0.0])
+            acc[0] += pairs[i][0]
+            acc[1] += pairs[i][1]
+        per_episode = [tuple(v) for v in by_episode.values()]
+        ratio = ratio_of_sums(per_episode)
+        ci = bootstrap_ratio_ci(per_episode, resamples) if ratio is not None else None
+        out[phase] = {"ratio": None if ratio is None else round(ratio, 4),
+                      "ci95": None if ci is None else [round(x, 4) for x in ci], "windows": len(keep),
+                      "episodes": len(by_episode)}
     return out
 
 
@@ -440,6 +481,11 @@ def evaluate(wm, episodes: Sequence[EvalEpisode], probe, scene: str, *, seed: in
     one_win, one_vid = truncate(plan["rollout"], rollouts, 1)
     phases = [window_phase(episodes[w.episode], w.start, w.length) for w in one_win]
     report["one_step"] = aggregate_one_step(phases, one_step_errors(episodes, one_win, one_vid))
+    jumped = rollouts_from_truth(wm, episodes, one_win, seed=seed, batch_size=batch_size, progress=progress,
+                                 cond_shift=RESPONSE_JUMP - 1)
+    report["response"] = action_response(
+        episodes, one_win, one_vid, jumped,
+        [window_phase(episodes[w.episode], w.start, RESPONSE_JUMP) for w in one_win], resamples)
     for k in HORIZONS:
         wins, vids = truncate(plan["rollout"], rollouts, k)
         report[f"rollout_{k}"] = measure_protocol(wm, episodes, wins, vids, probe, scene, round_trips, resamples,
@@ -482,6 +528,7 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         "arm_reach_8": get("rollout_8", "generated", "reach", "arm_mean", "ratio"),
         "object_carry_8": get("rollout_8", "generated", "carry", "object", "ratio"),
         "object_onset": get("onset", "generated", "all", "object", "ratio"),
+        "action_response": get("response", "all", "ratio"),
         "one_step_mse_generated": get("one_step", "all", "mse_generated"),
         "one_step_mse_repeat_last": get("one_step", "all", "mse_repeat_last"),
     }
@@ -614,7 +661,8 @@ def run(cfg: Config) -> dict[str, Any]:
     report: dict[str, Any] = {
         "benchmark": "dynamics", "data": cfg.data, "episodes": len(episodes), "scene": scene, "seed": cfg.seed,
         "protocol": {"stride": STRIDE, "horizons": list(HORIZONS), "onset_frames": ONSET_FRAMES, "idle_m": IDLE_M,
-                     "min_motion": MIN_MOTION, "conditioning": "recorded", "resamples": resamples,
+                     "min_motion": MIN_MOTION, "response_jump": RESPONSE_JUMP, "conditioning": "recorded",
+                     "resamples": resamples,
                      "probe": None if probe is None else cfg.probe},
     }
     if cfg.checkpoint:
@@ -662,15 +710,15 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         pts = report["curve"]
         xs = [p["step"] if p["step"] is not None else i for i, p in enumerate(pts)]
         for key, style in (("arm_carry_8", "o-"), ("arm_reach_8", "s--"), ("object_carry_8", "^-"),
-                           ("object_onset", "v:")):
-            ys = [np.nan if p[key] is None else p[key] for p in pts]
+                           ("object_onset", "v:"), ("action_response", "d-.")):
+            ys = [np.nan if p.get(key) is None else p[key] for p in pts]
             ax.plot(xs, ys, style, label=key)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_xlabel("training step" if all(p["step"] is not None for p in pts) else "kept model")
-        ax.set_ylabel("follow ratio (1 = as the truth)")
+        ax.set_ylabel("follow ratio / action response")
         ax.set_title(f"Following while training: {report['run']}", fontsize=10)
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=4, frameon=False)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=5, frameon=False)
     else:
         protos = report["protocols"]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -713,10 +761,11 @@ def format_report(report: dict[str, Any]) -> str:
     lines = []
     if "curve" in report:
         lines.append(f"{'model':40s} {'step':>7s} {'arm carry':>9s} {'arm reach':>9s} {'obj carry':>9s} "
-                     f"{'onset':>6s}")
+                     f"{'onset':>6s} {'response':>8s}")
         for p in report["curve"]:
             lines.append(f"{p['label'][:40]:40s} {str(p['step']):>7s} {f(p['arm_carry_8']):>9s} "
-                         f"{f(p['arm_reach_8']):>9s} {f(p['object_carry_8']):>9s} {f(p['object_onset']):>6s}")
+                         f"{f(p['arm_reach_8']):>9s} {f(p['object_carry_8']):>9s} {f(p['object_onset']):>6s} "
+                         f"{f(p.get('action_response')):>8s}")
         return "\n".join(lines)
     protos = report["protocols"]
     lines.append(f"{report['checkpoint']} on {report['data']} ({report['episodes']} episodes)")
@@ -726,6 +775,8 @@ def format_report(report: dict[str, Any]) -> str:
             for phase, e in protos.get(name, {}).get(source, {}).items():
                 lines.append(f"{name:10s} {source:11s} {phase:14s} {f(e['arm_exterior_image_1']['ratio']):>8s} "
                              f"{f(e['arm_exterior_image_2']['ratio']):>8s} {f(e['object']['ratio']):>8s}")
+    for phase, e in protos.get("response", {}).items():
+        lines.append(f"action response, {phase:14s} {f(e['ratio'])}  (0: ignores where the hand is)")
     for phase, e in protos["one_step"].items():
         lines.append(f"one step, {phase:14s} MSE generated {e['mse_generated']:7.1f}  repeat-last "
                      f"{e['mse_repeat_last']:7.1f}  closer to previous {e['share_closer_to_previous']:.0%}")

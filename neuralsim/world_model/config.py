@@ -41,6 +41,7 @@ GRIPPER_CONDITIONINGS = ("measured", "command")
 #: Values of :attr:`DiTConfig.grounding`: ``"none"`` (the per-frame condition only, for cameras that are not
 #: calibrated) or ``"projected"`` (also per-token features of where the hand projects in each view).
 GROUNDINGS = ("none", "projected")
+CONDITION_FEATURES = ("raw", "normalised", "fourier")
 
 #: Values of :attr:`WorldModelConfig.arm_conditioning`.
 ARM_CONDITIONINGS = ("measured", "replay")
@@ -143,6 +144,12 @@ class DiTConfig:
     """With ``grounding="projected"``: the cameras and hand points the projection uses
     (:func:`~neuralsim.world_model.grounding.scene_geometry`, its ``scene`` key the scene it came from); None: the
     model's scene's, filled in by :class:`WorldModelConfig`."""
+    condition_features: str = "raw"
+    """What the per-frame condition's MLP reads: ``"raw"`` -- the pose in metres and sin/cos of its angles, with the
+    gripper; ``"normalised"`` -- each of those standardised by the training data's mean/std (fitted at the first DiT
+    stage); ``"fourier"`` -- standardised and with sin/cos at five octaves
+    (:class:`~neuralsim.world_model.dit.ConditionEmbedding`), so that a centimetre of hand motion is not a
+    thousandth of the DiT's conditioning."""
     num_objects: int = 0
     """K, the movable objects whose state each frame carries (0: none, pixels only).  With K > 0 every frame has K
     object tokens after its image tokens, each embedding one object's normalised pose (xyz + wxyz quaternion, w >= 0)
@@ -170,6 +177,8 @@ class DiTConfig:
                 from .grounding import check_geometry
 
                 check_geometry(self.geometry)
+        if self.condition_features not in CONDITION_FEATURES:
+            raise ValueError(f"condition_features must be one of {CONDITION_FEATURES}, got {self.condition_features!r}")
         if isinstance(self.num_objects, bool) or not isinstance(self.num_objects, int) or self.num_objects < 0:
             raise ValueError(f"num_objects must be an integer >= 0 (0: no object state), got {self.num_objects!r}")
 
@@ -286,14 +295,16 @@ class WorldModelConfig:
         return len(self.schedule)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as plain data; an ungrounded DiT's ``grounding`` and ``geometry`` and a DiT without object
-        state's ``num_objects`` are left out, so its config.json is what it was before those options existed (and
-        older versions read it)."""
+        """The config as plain data; an ungrounded DiT's ``grounding`` and ``geometry``, a DiT without object
+        state's ``num_objects`` and a raw condition's ``condition_features`` are left out, so its config.json is
+        what it was before those options existed (and older versions read it)."""
         d = dataclasses.asdict(self)
         if d["dit"]["grounding"] == "none":
             del d["dit"]["grounding"], d["dit"]["geometry"]
         if d["dit"]["num_objects"] == 0:
             del d["dit"]["num_objects"]
+        if d["dit"]["condition_features"] == "raw":
+            del d["dit"]["condition_features"]
         return d
 
     def to_json(self) -> str:

@@ -39,8 +39,10 @@ from .config import OBJECT_DIM, DiTConfig
 from .grounding import FEATURES_PER_POINT, ViewProjector
 from .kv_cache import KVCache, RowIndex
 
-
 # ----------------------------------------------------------------------------- helpers
+COND_FEATURES = 10  # what featurise_condition makes of one conditioning vector
+
+
 def featurise_condition(cond: torch.Tensor) -> torch.Tensor:
     """(…, 7) [x, y, z, rx, ry, rz, gripper] -> (…, 10) [x, y, z, sin r, cos r, gripper].
 
@@ -164,15 +166,51 @@ class NoiseLevelEmbedding(nn.Module):
         return self.mlp(torch.cat([torch.cos(ang), torch.sin(ang)], dim=-1))
 
 
-class ConditionEmbedding(nn.Module):
-    """Two-layer MLP of the featurised (pose, gripper) conditioning vector."""
+#: Fourier octaves of ``condition_features="fourier"``: angular frequencies pi/4 * 2^k, k = 0..4, of each
+#: standardised feature (periods 8 down to 0.5 standard deviations; on SimDROID a hand coordinate's std is ~7 cm).
+FOURIER_OCTAVES = 5
 
-    def __init__(self, dim: int):
+
+class ConditionEmbedding(nn.Module):
+    """Two-layer MLP of the featurised (pose, gripper) conditioning vector (:func:`featurise_condition`).
+
+    ``features``: ``"raw"`` feeds the 10 features as they are (metres, sin/cos, gripper);
+    ``"normalised"`` standardises each by the training data's mean/std (the ``mean``/``std`` buffers,
+    :meth:`set_stats`); ``"fourier"`` also appends sin/cos of each standardised feature at
+    :data:`FOURIER_OCTAVES` octaves, so that a move of a few centimetres changes the MLP's input by O(1)."""
+
+    def __init__(self, dim: int, features: str = "raw"):
         super().__init__()
-        self.mlp = nn.Sequential(Linear(10, dim), nn.SiLU(), Linear(dim, dim))
+        self.features = features
+        width = COND_FEATURES * (1 + 2 * FOURIER_OCTAVES) if features == "fourier" else COND_FEATURES
+        if features != "raw":
+            self.register_buffer("mean", torch.zeros(COND_FEATURES))
+            self.register_buffer("std", torch.ones(COND_FEATURES))
+            self.register_buffer("freqs", (math.pi / 4) * 2.0 ** torch.arange(FOURIER_OCTAVES), persistent=False)
+        self.mlp = nn.Sequential(Linear(width, dim), nn.SiLU(), Linear(dim, dim))
+
+    def featurise(self, cond: torch.Tensor) -> torch.Tensor:  # (…, 7) -> (…, width)
+        f = featurise_condition(cond.float())
+        if self.features == "raw":
+            return f
+        z = (f - self.mean) / self.std
+        if self.features == "normalised":
+            return z
+        ang = (z[..., None] * self.freqs).flatten(-2)
+        return torch.cat([z, torch.sin(ang), torch.cos(ang)], dim=-1)
+
+    @torch.no_grad()
+    def set_stats(self, cond: torch.Tensor) -> None:
+        """Fit ``mean``/``std`` to conditioning vectors (…, 7) of the training data; a feature's std is floored at
+        0.01 (a feature constant in the data, e.g. the cosine of a fixed roll, is then ~0, not blown up)."""
+        if self.features == "raw":
+            raise ValueError("condition_features='raw' has no statistics to fit")
+        f = featurise_condition(cond.float().to(self.mean.device)).reshape(-1, COND_FEATURES)
+        self.mean.copy_(f.mean(0))
+        self.std.copy_(f.std(0).clamp_min(0.01) if len(f) > 1 else torch.ones_like(self.std))
 
     def forward(self, cond: torch.Tensor) -> torch.Tensor:  # (…, 7) -> (…, dim)
-        return self.mlp(featurise_condition(cond.float()))
+        return self.mlp(self.featurise(cond))
 
 
 class GroundingEmbedding(nn.Module):
@@ -392,7 +430,7 @@ class CausalDiT(nn.Module):
         self.patch_embed = Linear(cfg.patch_dim, d)
         self.pos_embed = nn.Parameter(torch.randn(cfg.image_tokens_per_frame, d) * 0.02)
         self.noise_embed = NoiseLevelEmbedding(d, cfg.freq_dim)
-        self.cond_embed = ConditionEmbedding(d)
+        self.cond_embed = ConditionEmbedding(d, cfg.condition_features)
         self.grounding_embed = GroundingEmbedding(cfg) if cfg.grounding == "projected" else None
         self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.depth))
         self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)

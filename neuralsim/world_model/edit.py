@@ -14,6 +14,8 @@ Each edit keeps every weight it does not name bit for bit, so the DiT's latents 
 * ``reference_head`` -- a fresh reference head of this width (0 removes the head), for ``--head-only`` training;
 * ``grounding`` -- ``projected`` adds geometry-grounded conditioning (the model's scene's cameras) with its last
   layer at zero, so the model computes what it did until a DiT stage trains it; ``none`` removes it;
+* ``condition_features`` -- what the DiT's condition MLP reads (``raw``, ``normalised``, ``fourier``): its first
+  layer is drawn fresh and the next DiT stage fits the standardisation (a pilot arm from ``--fresh-dit``);
 * ``objects`` -- K object tokens per frame (``dit.num_objects``), fresh, with their velocity head and the image
   tokens' gate on them at zero: the image predictions stay what they were until a DiT stage (on data recording the
   objects' poses, whose statistics it fits) trains them; 0 removes them;
@@ -55,6 +57,9 @@ class EditConfig:
     trained."""
     grounding: Literal["none", "projected"] | None = None
     """Add (``projected``, starting as a no-op) or remove (``none``) the DiT's geometry-grounded conditioning."""
+    condition_features: Literal["raw", "normalised", "fourier"] | None = None
+    """What the DiT's condition MLP reads; its first layer is drawn fresh, its statistics fitted by the next DiT
+    stage."""
     objects: int | None = field(default=None, metadata={"metavar": "K"})
     """Give the DiT K object tokens per frame (fresh, not changing the image predictions until trained; 0: none)."""
     gripper_conditioning: Literal["measured", "command"] | None = None
@@ -98,6 +103,12 @@ def edit_model(cfg: EditConfig):
         torch.manual_seed(cfg.seed)
         model = with_dit(model, grounding=cfg.grounding, geometry=None)
         done["grounding"] = cfg.grounding
+    if cfg.condition_features is not None and cfg.condition_features != model.config.dit.condition_features:
+        torch.manual_seed(cfg.seed)
+        model = with_dit(model, condition_features=cfg.condition_features)
+        recipe = model.config.recipe
+        model.config.recipe = {k: v for k, v in recipe.items() if k != "condition_stats_fitted"}
+        done["condition_features"] = cfg.condition_features
     if cfg.objects is not None and cfg.objects != model.config.dit.num_objects:
         torch.manual_seed(cfg.seed)
         model = with_dit(model, num_objects=cfg.objects)

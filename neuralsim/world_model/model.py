@@ -186,6 +186,12 @@ class WorldModel(nn.Module):
         self.latent_mean.copy_(flat.mean(dim=1).to(self.latent_mean))
         self.latent_std.copy_(flat.std(dim=1).clamp_min(1e-4).to(self.latent_std))
 
+    @torch.no_grad()
+    def set_condition_stats(self, cond: torch.Tensor) -> None:
+        """Fit the DiT's condition standardisation (``condition_features`` "normalised" or "fourier") to the
+        training data's conditioning vectors (..., 7)."""
+        self.dit.cond_embed.set_stats(cond)
+
     # ------------------------------------------------------------------ object states
     @property
     def num_objects(self) -> int:

@@ -410,6 +410,12 @@ def train_dit(run: Run) -> dict:
         model.set_latent_stats(z)
         recipe["latent_stats_fitted"] = True
         log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
+    if (model.config.dit.condition_features != "raw" and run.checkpoint is None
+            and not recipe.get("condition_stats_fitted")):
+        model.set_condition_stats(memo.get(first, run.device)[1])
+        recipe["condition_stats_fitted"] = True
+        log.info("condition stats: mean %s std %s", model.dit.cond_embed.mean.tolist(),
+                 model.dit.cond_embed.std.tolist())
     if k and run.checkpoint is None and not recipe.get("object_stats_fitted"):
         model.set_object_stats(memo.get_objects(first, run.device))
         recipe["object_stats_fitted"] = True

@@ -109,6 +109,34 @@ def test_rollouts_start_from_the_true_frame_and_do_not_depend_on_the_batching(ti
     assert any(not np.array_equal(x, z) for x, z in zip(a, c))
 
 
+def test_action_response_is_zero_when_the_condition_changes_nothing_and_one_for_the_true_change(legible_episodes):
+    eps = legible_episodes
+    wins = [D.Window(0, t, 1, "rollout") for t in range(8, len(eps[0]) - D.RESPONSE_JUMP, 8)]
+    phases = [D.window_phase(eps[0], w.start, D.RESPONSE_JUMP) for w in wins]
+    truth_next = [eps[0].frames[w.start:w.start + 2] for w in wins]
+    truth_far = [np.stack([eps[0].frames[w.start], eps[0].frames[w.start + D.RESPONSE_JUMP]]) for w in wins]
+    still = D.action_response(eps, wins, truth_next, truth_next, phases, resamples=50)
+    assert still["all"]["ratio"] == 0.0 and still["all"]["windows"] == len(wins)
+    faithful = D.action_response(eps, wins, truth_next, truth_far, phases, resamples=50)
+    assert faithful["all"]["ratio"] == pytest.approx(1.0, abs=1e-6)
+    assert set(faithful) - {"all"} <= set(D.PHASES)
+
+
+def test_the_counterfactual_rollout_is_conditioned_on_the_later_state(tiny_checkpoint, legible_split):
+    from benchmarks.common.heldout import load_split
+    from neuralsim.envs.neural_droid import load_world_model
+
+    wm = load_world_model(tiny_checkpoint)
+    eps = load_split(legible_split, wm.config.autoencoder.image_size)
+    wins = [D.Window(w.episode, w.start, 1, w.protocol) for w in D.plan_windows(eps)["rollout"][:3]]
+    same = D.rollouts_from_truth(wm, eps, wins, seed=1)
+    again = D.rollouts_from_truth(wm, eps, wins, seed=1, cond_shift=0)
+    jumped = D.rollouts_from_truth(wm, eps, wins, seed=1, cond_shift=D.RESPONSE_JUMP - 1)
+    assert all(np.array_equal(a, b) for a, b in zip(same, again))
+    assert any(not np.array_equal(a[1], j[1]) for a, j in zip(same, jumped))
+    assert all(np.array_equal(a[0], j[0]) for a, j in zip(same, jumped))
+
+
 def test_a_quick_run_writes_the_report_and_its_plot(tiny_checkpoint, heldout_split, tmp_path, capsys):
     out = tmp_path / "dynamics.json"
     assert D.main(["--checkpoint", str(tiny_checkpoint), "--data", str(heldout_split), "--quick", "--no-probe",
@@ -121,6 +149,8 @@ def test_a_quick_run_writes_the_report_and_its_plot(tiny_checkpoint, heldout_spl
     assert protos["rollout_8"]["repeat_last"]["all"]["arm_mean"]["ratio"] in (0.0, None)
     assert protos["one_step"]["all"]["mse_repeat_last"] >= 0
     assert "arm_carry_8" in report["headline"]
+    assert report["headline"]["action_response"] >= 0
+    assert protos["response"]["all"]["windows"] == protos["one_step"]["all"]["frames"]
     assert "rollout_8" in capsys.readouterr().out
 
 
