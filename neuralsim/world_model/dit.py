@@ -186,6 +186,7 @@ class ConditionEmbedding(nn.Module):
         if features != "raw":
             self.register_buffer("mean", torch.zeros(COND_FEATURES))
             self.register_buffer("std", torch.ones(COND_FEATURES))
+        if features == "fourier":
             self.register_buffer("freqs", (math.pi / 4) * 2.0 ** torch.arange(FOURIER_OCTAVES), persistent=False)
         self.mlp = nn.Sequential(Linear(width, dim), nn.SiLU(), Linear(dim, dim))
 

@@ -35,10 +35,10 @@ LATENT_CACHE_DIR = ".latent_cache"
 ENCODER_PREFIXES = ("vae.encoder.", "vae.quant_conv.")
 
 
-
 class ObjectStateMissing(ValueError):
     """A model with object state asked for the object poses of data that does not record them (or records another
     number of objects)."""
+
 
 def hash_weights(h, state_dict: dict, keep) -> None:
     """Feed every tensor of ``state_dict`` whose name passes ``keep(name)``, name and bytes, in name order, into
@@ -256,7 +256,6 @@ def _recorded_objects(root, record: dict, num_objects: int, length: int) -> np.n
     """Episode ``record``'s recorded object poses (length, K, 7); ObjectStateMissing naming the dataset if it has none
     or another number of objects."""
     from neuralsim.data.reader import read_object_state
-
 
     state = read_object_state(root, record)
     where = f"dataset {str(root)!r} (episode {record['episode_index']})"

@@ -405,14 +405,18 @@ def train_dit(run: Run) -> dict:
     memo = latent_source(model, run.dataset, run.device, cfg.progress and run.is_main, objects=bool(k))
     recipe = dict(model.config.recipe)
     first = list(range(min(len(run.dataset), 32)))
-    if run.checkpoint is None and not recipe.get("latent_stats_fitted"):
-        z, _ = memo.get(first, run.device)
+    fresh = run.checkpoint is None
+    fit_latents = fresh and not recipe.get("latent_stats_fitted")
+    fit_condition = (fresh and model.config.dit.condition_features != "raw"
+                     and not recipe.get("condition_stats_fitted"))
+    if fit_latents or fit_condition:
+        z, cond = memo.get(first, run.device)  # the first clips, read once for every statistic fitted on them
+    if fit_latents:
         model.set_latent_stats(z)
         recipe["latent_stats_fitted"] = True
         log.info("latent stats: mean %s std %s", model.latent_mean.tolist(), model.latent_std.tolist())
-    if (model.config.dit.condition_features != "raw" and run.checkpoint is None
-            and not recipe.get("condition_stats_fitted")):
-        model.set_condition_stats(memo.get(first, run.device)[1])
+    if fit_condition:
+        model.set_condition_stats(cond)
         recipe["condition_stats_fitted"] = True
         log.info("condition stats: mean %s std %s", model.dit.cond_embed.mean.tolist(),
                  model.dit.cond_embed.std.tolist())
