@@ -349,12 +349,8 @@ def action_response(episodes: Sequence[EvalEpisode], windows: Sequence[Window], 
             acc = by_episode.setdefault(windows[i].episode, [0.0, 0.0])
             acc[0] += pairs[i][0]
             acc[1] += pairs[i][1]
-        per_episode = [tuple(v) for v in by_episode.values()]
-        ratio = ratio_of_sums(per_episode)
-        ci = bootstrap_ratio_ci(per_episode, resamples) if ratio is not None else None
-        out[phase] = {"ratio": None if ratio is None else round(ratio, 4),
-                      "ci95": None if ci is None else [round(x, 4) for x in ci], "windows": len(keep),
-                      "episodes": len(by_episode)}
+        out[phase] = {**_episode_ratio([tuple(v) for v in by_episode.values()], resamples),
+                      "windows": len(keep), "episodes": len(by_episode)}
     return out
 
 
@@ -383,14 +379,22 @@ def source_videos(source: str, wm, episodes: Sequence[EvalEpisode], windows: Seq
 
 
 # ---------------------------------------------------------------------------------------------- aggregation
+def _episode_ratio(per_episode: list[tuple[float, float]], resamples: int, measurable: bool = True
+                   ) -> dict[str, Any]:
+    """``ratio`` (of sums over episodes) and its 95% bootstrap interval over episodes, rounded; both None when not
+    ``measurable`` or when the denominators sum to 0."""
+    ratio = ratio_of_sums(per_episode) if measurable else None
+    ci = bootstrap_ratio_ci(per_episode, resamples) if ratio is not None else None
+    return {"ratio": None if ratio is None else round(ratio, 4),
+            "ci95": None if ci is None else [round(x, 4) for x in ci]}
+
+
 def _ratio(pairs_by_episode: dict[int, list[tuple[float, float]]], motions: list[float], kind: str,
            resamples: int) -> dict[str, Any]:
     per_episode = [(sum(a for a, _ in p), sum(b for _, b in p)) for p in pairs_by_episode.values()]
     motion = float(np.mean(motions)) if motions else None
     enough = motion is not None and motion >= MIN_MOTION[kind]
-    ratio = ratio_of_sums(per_episode) if enough else None
-    return {"ratio": None if ratio is None else round(ratio, 4),
-            "ci95": ([round(x, 4) for x in bootstrap_ratio_ci(per_episode, resamples)] if ratio is not None else None),
+    return {**_episode_ratio(per_episode, resamples, enough),
             "windows": len(motions), "episodes": len(pairs_by_episode),
             ("true_motion_px" if kind == "arm" else "true_motion_m"): None if motion is None else round(motion, 4)}
 
