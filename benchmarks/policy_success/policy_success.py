@@ -60,19 +60,23 @@ def shipped_scene() -> str:
     Raises:
         ValueError: the shipped checkpoints come from different scenes.
     """
+    from policies.flow.policy import WEIGHTS_DIR as FLOW_DIR
+    from policies.flow.policy import shipped_checkpoints as shipped_flow
     from policies.visuomotor.policy import WEIGHTS_DIR, shipped_checkpoints
 
-    scenes = {json.loads((WEIGHTS_DIR / n / "config.json").read_text()).get("scene", "classic")
-              for n in shipped_checkpoints()}
+    configs = [WEIGHTS_DIR / n / "config.json" for n in shipped_checkpoints()]
+    configs += [FLOW_DIR / n / "config.json" for n in shipped_flow()]
+    scenes = {json.loads(c.read_text()).get("scene", "classic") for c in configs}
     if len(scenes) > 1:
         raise ValueError(f"the shipped checkpoints come from several scenes {sorted(scenes)}; pass --scene")
     return scenes.pop() if scenes else "legible"
 
 
 def default_policies() -> list[str]:
+    from policies.flow.policy import shipped_checkpoints as shipped_flow
     from policies.visuomotor import shipped_checkpoints
 
-    return shipped_checkpoints() + list(BASELINES)
+    return shipped_checkpoints() + shipped_flow() + list(BASELINES)
 
 
 def build(name: str, env, seed: int):
@@ -89,7 +93,7 @@ def build(name: str, env, seed: int):
         return make_policy(factory, **kw), False
     if name.startswith("noisy-") or name == "expert":
         return make_policy(name, env=env, seed=seed), False
-    policy = make_policy(name, num_threads=1) if name.startswith("visuomotor") else make_policy(name)
+    policy = make_policy(name, num_threads=1) if name.startswith(("visuomotor", "flow")) else make_policy(name)
     return policy, isinstance(policy, VisuomotorPolicy)
 
 

@@ -30,3 +30,18 @@ def test_bad_counts_are_refused_by_name():
         PS.run(PS.Args(policies=["zero"], episodes=1, replan_every=0, progress=False))
     with pytest.raises(ValueError, match="--episodes must be >= 1"):
         PS.run(PS.Args(policies=["zero"], episodes=0, progress=False))
+
+
+def test_the_default_set_holds_every_shipped_checkpoint_of_both_learned_kinds_and_times_them():
+    from policies.flow.policy import shipped_checkpoints as shipped_flow
+    from policies.visuomotor import shipped_checkpoints
+
+    names = PS.default_policies()
+    assert set(shipped_checkpoints()) | set(shipped_flow()) <= set(names)
+    assert set(PS.BASELINES) <= set(names) and len(names) == len(set(names))
+    assert PS.shipped_scene() == "legible"
+    flow = shipped_flow()
+    if not flow:
+        pytest.skip("no flow checkpoint is shipped")
+    policy, learned = PS.build(flow[0], env=None, seed=0)
+    assert learned and type(policy).__name__ == "FlowPolicy"  # a learned entrant: timed, its checkpoint recorded

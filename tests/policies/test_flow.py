@@ -251,3 +251,20 @@ def test_real_openpi_client_gets_the_in_process_actions(trained, observation, tm
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(np.array(out["actions"], np.float32), local.infer(obs), atol=1e-6)
+
+
+def test_the_shipped_checkpoints_load_by_name_and_act_in_the_legible_scene():
+    from policies.flow.policy import shipped_checkpoints
+
+    names = shipped_checkpoints()
+    assert {"flow-s2000", "flow-s16000"} <= set(names) and set(names) <= set(available_policies())
+    env = gym.make("SimDROID-v1")
+    obs, info = env.reset(seed=2_000_000)
+    for name in ("flow-s2000", "flow-s16000"):
+        policy = make_policy(name, num_threads=1)
+        assert policy.config.scene == "legible" and policy.config.training["step"] == int(name.split("-s")[1])
+        policy.reset(info["instruction"])
+        chunk = np.asarray(policy.infer(obs))
+        assert chunk.shape == (policy.config.chunk_size, 8) and np.all(np.abs(chunk[:, :7]) <= 1)
+        assert set(np.unique(chunk[:, 7])) <= {0.0, 1.0}  # binary gripper, as the demonstrations command it
+    env.close()
