@@ -46,6 +46,7 @@ from .base import (
     MissingDependencyError,
     Policy,
     PolicyOutputError,
+    TargetTracking,
     UnknownPolicyError,
     as_action_chunk,
     run_episode,
@@ -53,7 +54,7 @@ from .base import (
 
 __all__ = [
     "ACTION_DIM", "ACTION_MODES", "DEFAULT_REPLAN_EVERY", "ActionModeMismatchError", "ChunkedController",
-    "EpisodeResult", "MissingDependencyError", "Policy", "PolicyOutputError", "UnknownPolicyError",
+    "EpisodeResult", "MissingDependencyError", "Policy", "PolicyOutputError", "TargetTracking", "UnknownPolicyError",
     "as_action_chunk", "available_policies", "make_policy", "register_policy", "run_episode",
 ]
 

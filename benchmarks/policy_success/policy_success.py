@@ -9,8 +9,9 @@ Usage:
 Every policy meets the same held-out initial states, all task families equally (:mod:`policies.heldout`: episode
 ``i`` starts from SimDROID seed ``seed0 + i``, default 2,000,000, with task family ``TASK_FAMILIES[i % 3]``).
 A policy acts closed loop through :func:`policies.run_episode` (chunks executed 8 actions at a time, openpi's DROID
-setting) to the horizon; the verdict is the simulator's ground truth at the last step.  Per policy: success rate
-with its 95% Wilson interval, mean rubric level (0-5), the same per task family, and for the learned policies the
+setting; a Cartesian checkpoint's goals tracked from the measured joints at every step, ``--no-track``: its planned
+chunks open loop) to the horizon; the verdict is the simulator's ground truth at the last step.  Per policy: success
+rate with its 95% Wilson interval, mean rubric level (0-5), the same per task family, and for the learned policies the
 inference time per query and per env step at batch 1 (one CPU thread) and of one batched forward pass.
 
 The scene defaults to the one the shipped checkpoints were trained in (their ``config.scene``), and a learned
@@ -52,6 +53,9 @@ class Args:
     progress: bool = True
     replan_every: int = DEFAULT_REPLAN_EVERY
     """Actions executed from each chunk before the policy is queried again (openpi's DROID setting: 8)."""
+    track: bool = True
+    """Track a Cartesian checkpoint's goals from the measured joints at every step (policies.ChunkedController);
+    False executes its planned chunks open loop."""
 
 
 def shipped_scene() -> str:
@@ -132,7 +136,7 @@ def run(args: Args) -> dict:
     import neuralsim  # noqa: F401  (registers the envs)
     from neuralsim.envs.scene import get_scene
     from neuralsim.envs.sim_droid import TASK_FAMILIES
-    from policies import run_episode
+    from policies import TargetTracking, run_episode
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {args.episodes}")
@@ -150,13 +154,15 @@ def run(args: Args) -> dict:
             raise ValueError(f"{name} was trained on the {policy.config.scene!r} scene, not {args.scene!r}")
         rows, steps, infer_s, queries = [], 0, 0.0, 0
         for seed, family in heldout_starts(args.episodes, args.seed0):
-            res = run_episode(env, policy, replan_every=args.replan_every, seed=seed, options={"task": family})
+            res = run_episode(env, policy, replan_every=args.replan_every, track=args.track, seed=seed,
+                              options={"task": family})
             steps, infer_s, queries = steps + res.steps, infer_s + res.infer_seconds, queries + res.num_queries
             rows.append({"policy": name, "seed": seed, "family": family, "instruction": res.instruction,
                          "success": bool(res.info["success"]), "level": int(res.info["rubric_level"]),
                          "steps": res.steps})
             bar.update()
-        entry = {"name": name, "learned": learned, **summarise(rows),
+        tracked = args.track and isinstance(policy, TargetTracking) and bool(policy.tracks_targets)
+        entry = {"name": name, "learned": learned, "tracked": tracked, **summarise(rows),
                  "per_task": {f: summarise([r for r in rows if r["family"] == f]) for f in TASK_FAMILIES},
                  "infer_ms_per_step": 1000 * infer_s / max(1, steps), "infer_ms_per_query": 1000 * infer_s / max(
                      1, queries)}
@@ -171,7 +177,8 @@ def run(args: Args) -> dict:
     bar.close()
     env.close()
     return {"benchmark": "policy_success", "scene": args.scene, "env_id": env_id, "episodes_per_policy": args.episodes,
-            "seed0": args.seed0, "replan_every": args.replan_every, "policies": report_rows, "per_episode": episodes,
+            "seed0": args.seed0, "replan_every": args.replan_every, "track": args.track, "policies": report_rows,
+            "per_episode": episodes,
             "seconds": round(time.time() - t0, 1)}
 
 
@@ -223,6 +230,9 @@ def main(argv: list[str] | None = None) -> None:
                         "(the report must have the same scene, episodes and seed0)")
     p.add_argument("--replan-every", type=int, default=DEFAULT_REPLAN_EVERY,
                    help="actions executed from each chunk before the next query (default %(default)s, openpi's DROID)")
+    p.add_argument("--no-track", dest="track", action="store_false",
+                   help="execute a Cartesian checkpoint's planned chunks open loop instead of tracking their goals "
+                        "from the measured joints at every step")
     p.add_argument("--quick", action="store_true", help="3 episodes per policy")
     p.add_argument("--out", default=None, help=out_help("policy_success"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -232,15 +242,19 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     default_scene = shipped_scene()
     args = Args(scene=a.scene or default_scene, episodes=3 if a.quick else a.episodes, seed0=a.seed0,
-                policies=a.policies or [], out=a.out, quick=a.quick, progress=a.progress, replan_every=a.replan_every)
+                policies=a.policies or [], out=a.out, quick=a.quick, progress=a.progress, replan_every=a.replan_every,
+                track=a.track)
     name = "policy_success" if args.scene == default_scene else f"policy_success_{args.scene}"
     path = results_path(name, quick=args.quick, out=args.out)
     old = json.loads(path.read_text()) if a.update and path.is_file() else None
-    old_replan = None if old is None else old.get("replan_every", DEFAULT_REPLAN_EVERY)  # reports before the option
-    if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"], old_replan) != (
-            args.scene, args.episodes, args.seed0, args.replan_every):
+    # reports from before an option ran with its old behaviour: 8 actions per chunk, planned chunks open loop
+    old_replan = None if old is None else old.get("replan_every", DEFAULT_REPLAN_EVERY)
+    old_track = None if old is None else old.get("track", False)
+    if old is not None and (old["scene"], old["episodes_per_policy"], old["seed0"], old_replan, old_track) != (
+            args.scene, args.episodes, args.seed0, args.replan_every, args.track):
         raise SystemExit(f"--update: {path} has scene {old['scene']!r}, {old['episodes_per_policy']} episodes, seed0 "
-                         f"{old['seed0']}, replan_every {old_replan}; run with the same settings or without --update")
+                         f"{old['seed0']}, replan_every {old_replan}, track {old_track}; run with the same settings "
+                         f"or without --update")
     report = run(args)
     if old is not None:
         report = merge_reports(old, report)

@@ -13,7 +13,9 @@ It reads what a visuomotor policy reads and refuses what it refuses, by name (th
 re-seeded with ``seed`` at every :meth:`~FlowPolicy.reset`, so an episode's actions are a function of its
 observations and the seed (a served copy answers exactly as an in-process one).  The generated Cartesian targets go
 through the visuomotor Cartesian head's fixed IK layer (:func:`policies.visuomotor.cartesian.joint_velocity_chunk`),
-so what reaches the env is DROID's 8-d action: 7 normalised joint velocities and the gripper.
+so what reaches the env is DROID's 8-d action: 7 normalised joint velocities and the gripper.  The chunk's goals are
+kept, so :class:`~policies.base.ChunkedController` tracks them from the measured joints step by step
+(:meth:`~policies.visuomotor.policy.VisuomotorPolicy.track`).
 """
 
 from __future__ import annotations
@@ -98,7 +100,6 @@ class FlowPolicy(VisuomotorPolicy):
     def _forward(self, observations: dict[str, Any], tokens: list[tuple[int, int, int]]) -> np.ndarray:
         import torch
 
-        from ..visuomotor.cartesian import joint_velocity_chunk
         from ..visuomotor.model import tool_pose
         from .config import ACTION_DIM
         from .model import sample
@@ -116,4 +117,4 @@ class FlowPolicy(VisuomotorPolicy):
             chunk = chunk.float().cpu().numpy()
         grip = chunk[..., 6]
         grip = (grip > 0.5).astype(np.float32) if self.config.gripper == "binary" else np.clip(grip, 0.0, 1.0)
-        return joint_velocity_chunk(state[:, :7], chunk[..., :6], grip)  # the IK layer: (N, H, 8) DROID actions
+        return self._cartesian_actions(state, chunk[..., :6], grip)  # the IK layer: (N, H, 8) DROID actions

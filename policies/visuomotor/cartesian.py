@@ -53,33 +53,65 @@ def reexpress(offsets: np.ndarray, joint_position: np.ndarray, seen_joint_positi
     return np.concatenate([dp, K.rotation_vector(turn) / ROTATION_SCALE], -1).astype(np.float32)
 
 
+def tool_targets(joint_position: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The world-frame goals of scaled offsets (N, H, 6) taken at ``joint_position`` (N, 7): tool-point positions
+    (N, H, 3) [m] and hand rotations (N, H, 3, 3)."""
+    q = np.asarray(joint_position, np.float64)
+    offsets = np.asarray(offsets, np.float64)
+    p0, R0 = K.tool_pose(q)
+    p_goal = p0[:, None] + POSITION_SCALE * offsets[..., :3]
+    R_goal = K.rotation_matrix(ROTATION_SCALE * offsets[..., 3:]) @ R0[:, None]
+    return p_goal, R_goal
+
+
+def ik_step(joint_position: np.ndarray, p_goal: np.ndarray, R_goal: np.ndarray) -> np.ndarray:
+    """Normalised joint velocities (N, 7) of one damped-least-squares step from arms at ``joint_position`` (N, 7)
+    towards tool-point goals ``p_goal`` (N, 3) and hand rotations ``R_goal`` (N, 3, 3), with the expert's damping and
+    null-space pull towards DROID's reset posture; the fastest joint is held to 1."""
+    q = np.asarray(joint_position, np.float64)
+    J, p, R = K.tool_jacobian(q, with_pose=True)                                     # (N, 6, 7)
+    # the expert's rotation error: half the sum of the cross products of the current and goal axes
+    turn = 0.5 * np.cross(R, R_goal, axis=-2).sum(-1)
+    err = np.concatenate([p_goal - p, turn], -1)
+    Jt = np.swapaxes(J, -1, -2)
+    JJt = J @ Jt
+    dq = (Jt @ np.linalg.solve(JJt + IK_DAMPING ** 2 * np.eye(6), err[..., None]))[..., 0]
+    null = np.eye(7) - Jt @ np.linalg.solve(JJt, J)                                  # I - pinv(J) J
+    dq += (null @ (NULLSPACE_GAIN * (K.RESET_JOINT_POSITION - q))[..., None])[..., 0]
+    v = dq / REALISED_STEP_PER_V
+    return v / np.maximum(1.0, np.abs(v).max(-1, keepdims=True))
+
+
 def joint_velocity_chunk(joint_position: np.ndarray, offsets: np.ndarray, gripper: np.ndarray) -> np.ndarray:
     """DROID actions (N, H, 8) float32 that take arms at ``joint_position`` (N, 7) through the scaled tool targets
-    ``offsets`` (N, H, 6) (as :func:`tool_offsets` makes them) with gripper commands ``gripper`` (N, H) in [0, 1]."""
+    ``offsets`` (N, H, 6) (as :func:`tool_offsets` makes them) with gripper commands ``gripper`` (N, H) in [0, 1].
+
+    The plan steps a model of the arm (each unit of velocity moves a joint ``REALISED_STEP_PER_V`` rad, no lag), so
+    it drifts from the real arm over the chunk; :func:`track_action` re-aims each step from the measured joints."""
     q = np.asarray(joint_position, np.float64).copy()
     offsets = np.asarray(offsets, np.float64)
     n, h = offsets.shape[:2]
     if q.shape != (n, 7) or offsets.shape[2] != 6 or np.shape(gripper) != (n, h):
         raise ValueError(f"expected joint positions (N, 7), offsets (N, H, 6) and gripper (N, H), got {q.shape}, "
                          f"{offsets.shape}, {np.shape(gripper)}")
-    p0, R0 = K.tool_pose(q)
-    p_goal = p0[:, None] + POSITION_SCALE * offsets[..., :3]                        # (N, H, 3)
-    R_goal = K.rotation_matrix(ROTATION_SCALE * offsets[..., 3:]) @ R0[:, None]      # (N, H, 3, 3)
+    p_goal, R_goal = tool_targets(q, offsets)
     out = np.empty((n, h, 8), np.float32)
-    eye6 = IK_DAMPING ** 2 * np.eye(6)
     for k in range(h):
-        J, p, R = K.tool_jacobian(q, with_pose=True)                                 # (N, 6, 7)
-        # the expert's rotation error: half the sum of the cross products of the current and goal axes
-        turn = 0.5 * np.cross(R, R_goal[:, k], axis=-2).sum(-1)
-        err = np.concatenate([p_goal[:, k] - p, turn], -1)
-        Jt = np.swapaxes(J, -1, -2)
-        JJt = J @ Jt
-        dq = (Jt @ np.linalg.solve(JJt + eye6, err[..., None]))[..., 0]
-        null = np.eye(7) - Jt @ np.linalg.solve(JJt, J)                              # I - pinv(J) J
-        dq += (null @ (NULLSPACE_GAIN * (K.RESET_JOINT_POSITION - q))[..., None])[..., 0]
-        v = dq / REALISED_STEP_PER_V
-        v /= np.maximum(1.0, np.abs(v).max(-1, keepdims=True))
+        v = ik_step(q, p_goal[:, k], R_goal[:, k])
         q = q + REALISED_STEP_PER_V * v
         out[:, k, :7] = v
     out[..., 7] = np.clip(gripper, 0.0, 1.0)
+    return out
+
+
+def track_action(joint_position: np.ndarray, p_goal: np.ndarray, R_goal: np.ndarray, gripper: float) -> np.ndarray:
+    """One DROID action (8,) float32 for an arm measured at ``joint_position`` (7,): an IK step towards the goal
+    ``p_goal`` (3,), ``R_goal`` (3, 3) (one of :func:`tool_targets`), and the gripper command.
+
+    Executing a chunk this way (closed loop on the joints, the goals fixed at query time) keeps the tool on the
+    generated path where the open-loop plan of :func:`joint_velocity_chunk` drifts."""
+    q = np.asarray(joint_position, np.float64).reshape(1, 7)
+    out = np.empty(8, np.float32)
+    out[:7] = ik_step(q, np.asarray(p_goal, np.float64)[None], np.asarray(R_goal, np.float64)[None])[0]
+    out[7] = np.clip(gripper, 0.0, 1.0)
     return out

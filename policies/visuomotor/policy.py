@@ -15,7 +15,8 @@ missing keys and states of the wrong size.  ``infer`` returns a chunk of ``chunk
 :func:`~policies.base.run_episode` executes the first 8 (openpi's DROID setting).  A Cartesian checkpoint
 (``config.action_mode == "tool_delta"``) predicts tool poses, and its fixed IK layer
 (:func:`policies.visuomotor.cartesian.joint_velocity_chunk`) turns them into those joint-velocity actions from the
-observed joint state.
+observed joint state.  Such a policy also keeps the chunk's goals (``tracks_targets``): :meth:`VisuomotorPolicy.track`
+re-aims each later step from the measured joints, which :class:`~policies.base.ChunkedController` does by default.
 :meth:`VisuomotorPolicy.infer_batch` answers N observations (a vector env's batch) in one forward pass.
 """
 
@@ -102,6 +103,8 @@ class VisuomotorPolicy:
         self.device = device
         self.name = getattr(model, "name", None)
         self._tokens: tuple[int, int, int] | None = None
+        self._targets: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last single query's goals
+        self._batch_targets: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         s = self.config.image_size
         self.server_metadata = {"action_mode": self.action_mode, "image_resolution": [s, s],
                                 "cameras": list(self.config.views), "chunk_size": self.config.chunk_size}
@@ -123,20 +126,64 @@ class VisuomotorPolicy:
         from .tokens import instruction_tokens
 
         self._tokens = instruction_tokens(instruction, self.config.families, self.config.colours)
+        self._targets = None
 
     def infer(self, observation: dict[str, Any]) -> np.ndarray:
         """The action chunk (chunk_size, 8) float32 for one observation (after :meth:`reset`)."""
         if self._tokens is None:
             raise RuntimeError("call reset(instruction) before infer(observation)")
         batch = {k: np.asarray(v)[None] for k, v in observation.items()}
-        return self._forward(batch, [self._tokens])[0]
+        self._batch_targets = None
+        chunk = self._forward(batch, [self._tokens])[0]
+        self._targets = None if self._batch_targets is None else tuple(t[0] for t in self._batch_targets)
+        return chunk
 
     def infer_batch(self, observations: dict[str, Any], instructions: Sequence[str]) -> np.ndarray:
         """Chunks (N, chunk_size, 8) for N observations at once (a vector env's batched dict) in one pass."""
         from .tokens import instruction_tokens
 
         tokens = [instruction_tokens(t, self.config.families, self.config.colours) for t in instructions]
+        self._targets = None
         return self._forward(observations, tokens)
+
+    # ------------------------------------------------------------------ tracking the chunk's goals
+    @property
+    def tracks_targets(self) -> bool:
+        """Whether :meth:`track` can re-aim the steps of a chunk: a Cartesian (``tool_delta``) checkpoint."""
+        return self.config.action_mode == "tool_delta"
+
+    def track(self, observation: dict[str, Any], k: int) -> np.ndarray:
+        """The action (8,) float32 for step ``k`` of the last :meth:`infer`'s chunk, from this observation's joints.
+
+        One IK step (:func:`~policies.visuomotor.cartesian.track_action`) from the measured arm towards the tool goal
+        the network generated for action ``k``, with its gripper command: the chunk's goals stay those of the query,
+        only the way to them is re-planned, so the arm does not drift off the path as the open-loop plan does.
+
+        Raises:
+            RuntimeError: no Cartesian chunk to track (a joint-velocity checkpoint, or no :meth:`infer` since
+                :meth:`reset`).
+            IndexError: ``k`` outside the chunk.
+            PolicyInputError: the observation has no valid ``joint_position``.
+        """
+        from .cartesian import track_action
+
+        if self._targets is None:
+            raise RuntimeError("track(observation, k) follows infer(observation) of a Cartesian (tool_delta) "
+                               f"checkpoint; this one is {self.config.action_mode!r}" if not self.tracks_targets
+                               else "call infer(observation) before track(observation, k)")
+        p_goal, R_goal, grip = self._targets
+        if not 0 <= int(k) < len(p_goal):
+            raise IndexError(f"step {k} is outside the chunk of {len(p_goal)} actions")
+        q = _state(observation, "joint_position", 7)
+        return track_action(q, p_goal[k], R_goal[k], float(grip[k]))
+
+    def _cartesian_actions(self, state: np.ndarray, offsets: np.ndarray, grip: np.ndarray) -> np.ndarray:
+        """DROID actions (N, H, 8) of generated scaled offsets (the IK layer), keeping their goals for :meth:`track`."""
+        from .cartesian import joint_velocity_chunk, tool_targets
+
+        p_goal, R_goal = tool_targets(state[:, :7], offsets)
+        self._batch_targets = (p_goal, R_goal, np.clip(np.asarray(grip, np.float32), 0.0, 1.0))
+        return joint_velocity_chunk(state[:, :7], offsets, grip)
 
     # ------------------------------------------------------------------ inference
     def preprocess(self, observations: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -173,6 +220,4 @@ class VisuomotorPolicy:
             grip = self.config.gripper_command(torch.sigmoid(grip)).float()
             if self.config.action_mode == "joint_velocity":
                 return torch.cat([arm, grip[..., None]], dim=-1).cpu().numpy().astype(np.float32)  # (N, H, 8)
-        from .cartesian import joint_velocity_chunk
-
-        return joint_velocity_chunk(state[:, :7], arm.cpu().numpy(), grip.cpu().numpy())  # the IK layer
+        return self._cartesian_actions(state, arm.cpu().numpy(), grip.cpu().numpy())  # the IK layer

@@ -15,14 +15,29 @@ def test_a_baseline_report_records_its_episodes_and_replanning(tmp_path, capsys)
              "--no-progress"])
     rep = json.loads(out.read_text())
     assert rep["replan_every"] == 4 and rep["episodes_per_policy"] == 2 and rep["scene"] == "legible"
+    assert rep["track"] is True
     (zero,) = rep["policies"]
     assert zero["name"] == "zero" and zero["success_rate"] == 0.0 and len(rep["per_episode"]) == 2
+    assert zero["tracked"] is False  # a baseline has no goals to track
     assert "zero" in capsys.readouterr().out
     # --update with other settings is refused and leaves the report as it was
     with pytest.raises(SystemExit, match="replan_every 4"):
         PS.main(["--scene", "legible", "--policy", "random", "--episodes", "2", "--update", "--out", str(out),
                  "--no-progress"])
     assert json.loads(out.read_text()) == rep
+
+
+def test_update_keeps_a_report_to_one_way_of_executing_chunks(tmp_path):
+    out = tmp_path / "ps.json"
+    PS.main(["--scene", "legible", "--policy", "zero", "--episodes", "1", "--no-track", "--out", str(out),
+             "--no-progress"])
+    assert json.loads(out.read_text())["track"] is False
+    with pytest.raises(SystemExit, match="track False"):
+        PS.main(["--scene", "legible", "--policy", "random", "--episodes", "1", "--update", "--out", str(out),
+                 "--no-progress"])
+    PS.main(["--scene", "legible", "--policy", "random", "--episodes", "1", "--no-track", "--update", "--out",
+             str(out), "--no-progress"])
+    assert [p["name"] for p in json.loads(out.read_text())["policies"]] == ["zero", "random"]
 
 
 def test_bad_counts_are_refused_by_name():

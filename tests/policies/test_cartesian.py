@@ -142,3 +142,61 @@ def test_the_shipped_cartesian_checkpoint_acts_in_simdroid_and_neuraldroid():
     assert np.abs(sim.actions[:, :7]).max() > 0.05  # it moves the arm
     neural = run_episode(gym.make("NeuralDROID-v0", max_episode_steps=8), policy, seed=2_000_000)
     assert neural.steps == 8 and np.all(np.isfinite(neural.actions))
+
+
+class _GoalPolicy:
+    """A Cartesian policy without a network: every chunk asks for the tool point ``goal`` metres away (a straight
+    ramp over the chunk), planned by the IK layer, its goals kept for ``track`` as the learned kinds keep them."""
+
+    action_mode = "joint_velocity"
+    tracks_targets = True
+
+    def __init__(self, goal: np.ndarray, chunk: int = 12):
+        self.goal, self.chunk, self.tracked_steps = np.asarray(goal, np.float64), chunk, []
+
+    def reset(self, instruction: str) -> None:
+        self.tracked_steps.clear()
+
+    def infer(self, observation: dict) -> np.ndarray:
+        q = np.asarray(observation["joint_position"], np.float64)[None]
+        ramp = np.linspace(0, 1, self.chunk + 1)[1:, None] * self.goal / C.POSITION_SCALE
+        offsets = np.concatenate([ramp, np.zeros((self.chunk, 3))], 1)[None]
+        self.targets = C.tool_targets(q, offsets)
+        return C.joint_velocity_chunk(q, offsets, np.zeros((1, self.chunk)))[0]
+
+    def track(self, observation: dict, k: int) -> np.ndarray:
+        self.tracked_steps.append(k)
+        p_goal, R_goal = self.targets
+        return C.track_action(observation["joint_position"], p_goal[0, k], R_goal[0, k], 0.0)
+
+
+def test_tracking_re_aims_each_step_and_ends_nearer_the_goals_than_the_open_loop_plan():
+    """Real MuJoCo physics: the open-loop plan assumes an arm without lag, so a long reach falls short of its goal;
+    the controller's tracking (each step an IK step from the measured joints to the chunk's goal) ends nearer."""
+    from policies import ChunkedController, TargetTracking
+
+    goal = np.array([0.10, 0.12, -0.08])
+    errors = {}
+    for track in (False, True):
+        env = gym.make("SimDROID-v1")
+        obs, _ = env.reset(seed=5)
+        start = env.unwrapped.tcp_position().copy()
+        policy = _GoalPolicy(goal)
+        assert isinstance(policy, TargetTracking)
+        controller = ChunkedController(policy, replan_every=None, track=track)
+        assert controller.tracking is track
+        controller.reset("reach")
+        for _ in range(12):
+            obs, *_ = env.step(controller.act(obs))
+        errors[track] = np.linalg.norm(env.unwrapped.tcp_position() - start - goal)
+        assert policy.tracked_steps == (list(range(1, 12)) if track else [])  # the first step is the plan's own
+        env.close()
+    assert errors[True] < 0.6 * errors[False], errors
+
+
+def test_a_tracked_step_from_the_query_pose_is_the_plans_first_action():
+    q = wandering_joints(10, seed=6)[[7]]
+    offsets = C.tool_offsets(wandering_joints(10, seed=6), chunk_size=4)[[7]]
+    planned = C.joint_velocity_chunk(q, offsets, np.ones((1, 4)))
+    p_goal, R_goal = C.tool_targets(q, offsets)
+    np.testing.assert_allclose(C.track_action(q[0], p_goal[0, 0], R_goal[0, 0], 1.0), planned[0, 0], atol=1e-6)

@@ -166,6 +166,34 @@ def test_chunks_are_valid_droid_actions_in_both_envs(trained):
     assert chunks.shape == (2, policy.config.chunk_size, 8)
 
 
+def test_the_controller_tracks_the_generated_goals_from_the_measured_joints(trained, observation):
+    from policies import ChunkedController
+
+    obs, text = observation
+    policy = load(trained)
+    policy.reset(text)
+    with pytest.raises(RuntimeError, match="before track"):
+        policy.track(obs, 1)
+    chunk = policy.infer(obs)
+    # from the pose the chunk was planned at, step 0 is the plan's; a later step aims at its own goal from here
+    np.testing.assert_allclose(policy.track(obs, 0), chunk[0], atol=1e-5)
+    assert not np.allclose(policy.track(obs, 3)[:7], chunk[3, :7], atol=1e-4)
+    assert policy.track(obs, 3)[7] == chunk[3, 7]
+    with pytest.raises(IndexError, match="outside the chunk"):
+        policy.track(obs, policy.config.chunk_size)
+    with pytest.raises(PolicyInputError, match="joint_position"):
+        policy.track({k: v for k, v in obs.items() if k != "joint_position"}, 1)
+    policy.infer_batch({k: np.asarray(v)[None] for k, v in obs.items()}, [text])
+    with pytest.raises(RuntimeError, match="before track"):  # a batch's goals are not one episode's
+        policy.track(obs, 1)
+    assert ChunkedController(policy).tracking and not ChunkedController(policy, track=False).tracking
+    tracked, planned = (run_episode(gym.make(ENV, max_episode_steps=10), load(trained), seed=2_000_001, track=t)
+                        for t in (True, False))
+    np.testing.assert_array_equal(tracked.actions[0], planned.actions[0])
+    assert not np.allclose(tracked.actions[2:8, :7], planned.actions[2:8, :7], atol=1e-4)
+    assert tracked.num_queries == planned.num_queries  # tracking re-aims steps, it does not query more
+
+
 # ----------------------------------------------------------------------------- inputs and names
 def test_bad_inputs_are_refused_by_name(trained, observation):
     obs, text = observation

@@ -258,6 +258,18 @@ def test_closed_loop_in_simdroid(policy):
     assert np.abs(res.episode.joint_position[-1] - res.episode.joint_position[0]).max() > 0.02
 
 
+def test_a_joint_velocity_checkpoint_runs_its_chunks_as_planned(policy):
+    from policies import ChunkedController
+
+    assert policy.config.action_mode == "joint_velocity" and not policy.tracks_targets
+    assert not ChunkedController(policy).tracking
+    obs, text = sim_observation()
+    policy.reset(text)
+    policy.infer(obs)
+    with pytest.raises(RuntimeError, match="tool_delta"):
+        policy.track(obs, 1)
+
+
 def test_closed_loop_in_neuraldroid_on_generated_frames(policy):
     env = gym.make("NeuralDROID-v0", reward_fn=None)
     res = run_episode(env, policy, max_steps=4, seed=0)
