@@ -17,6 +17,11 @@ not depend on ``openpi-client``, which pins numpy<2):
 3. The server answers with a binary msgpack map holding ``actions`` (H, 8) (and e.g.
    ``server_timing``), or, on an error, a *text* frame with its traceback and then closes.
 
+Our :mod:`policies.server` extends the reply, compatibly: a policy that keeps its chunk's goals (metadata
+``"tool_targets": true``) also sends ``tool_targets`` (``position`` (H, 3), ``rotation`` (H, 3, 3), ``gripper``
+(H,)), and :class:`OpenPIClient` then tracks them step by step as the in-process policy does
+(:class:`~policies.base.TargetTracking`); from other servers it returns the chunk to run as planned.
+
 Numpy arrays travel in openpi's msgpack-numpy encoding: a map ``{b"__ndarray__": True, b"data":
 raw bytes, b"dtype": dtype.str, b"shape": shape}`` (numpy scalars: ``{b"__npgeneric__": True,
 b"data": value, b"dtype": dtype.str}``); object, void and complex dtypes are refused.
@@ -308,6 +313,20 @@ def actions_from_reply(reply: Any, uri: str) -> np.ndarray:
         raise PolicyServerError(str(e)) from e
 
 
+def targets_from_reply(reply: Any, horizon: int, uri: str) -> dict[str, np.ndarray]:
+    """The ``tool_targets`` of a reply from a server that announced them, checked against the chunk's length."""
+    targets = reply.get("tool_targets") if isinstance(reply, dict) else None
+    shapes = {"position": (horizon, 3), "rotation": (horizon, 3, 3), "gripper": (horizon,)}
+    if not isinstance(targets, dict) or any(np.shape(targets.get(k)) != v for k, v in shapes.items()):
+        got = {k: np.shape(v) for k, v in targets.items()} if isinstance(targets, dict) else type(targets).__name__
+        raise PolicyServerError(f"policy server at {uri} announced tool_targets but sent {got}; expected arrays of "
+                                f"shapes {shapes} beside its {horizon} actions")
+    out = {k: np.asarray(targets[k], np.float64) for k in shapes}
+    if not all(np.all(np.isfinite(v)) for v in out.values()):
+        raise PolicyServerError(f"policy server at {uri} sent non-finite tool_targets")
+    return out
+
+
 class OpenPIClient:
     """A :class:`~policies.base.Policy` served by an openpi policy server (e.g. pi0-FAST-DROID).
 
@@ -327,6 +346,10 @@ class OpenPIClient:
         binarize_gripper: map the gripper column to 0 / 1 at 0.5, as openpi's DROID robot runtime
             does before executing (off by default: the chunk is returned as the server sent it).
         connect_timeout, response_timeout, wait_for_server, api_key: see :class:`WebsocketConnection`.
+
+    Attributes:
+        tracks_targets: the server sends its chunks' goals (its metadata says ``"tool_targets": true``), so
+            :meth:`track` can re-aim each step from the observed joints.
 
     Raises:
         PolicyConnectionError, PolicyTimeoutError: the server cannot be reached or went away.
@@ -358,10 +381,13 @@ class OpenPIClient:
             self.close()
             raise PolicyServerError(f"policy server at {self.uri} declares action_mode={self.action_mode!r}; "
                                     f"expected one of {ACTION_MODES}")
+        self.tracks_targets = bool(meta.get("tool_targets", False))
+        self._targets: dict[str, np.ndarray] | None = None
         self.prompt = ""
 
     def reset(self, instruction: str) -> None:
         self.prompt = str(instruction)
+        self._targets = None
 
     def request(self, observation: dict) -> dict:
         """The message :meth:`infer` sends for ``observation`` (letterboxed images, state, prompt)."""
@@ -374,10 +400,29 @@ class OpenPIClient:
 
     def infer(self, observation: dict) -> np.ndarray:
         self._conn.send(self.request(observation))
-        chunk = actions_from_reply(self._conn.recv(what="an action chunk"), self.uri)
+        reply = self._conn.recv(what="an action chunk")
+        chunk = actions_from_reply(reply, self.uri)
+        self._targets = targets_from_reply(reply, len(chunk), self.uri) if self.tracks_targets else None
         if self.binarize_gripper:
             chunk[:, 7] = (chunk[:, 7] > 0.5).astype(np.float32)
         return chunk
+
+    def track(self, observation: dict, k: int) -> np.ndarray:
+        """The action (8,) for step ``k`` of the last chunk, re-aimed from this observation's joints at the goal the
+        server sent (:func:`policies.visuomotor.cartesian.track_action`); as the served policy's own ``track``."""
+        from .visuomotor.cartesian import track_action
+
+        if self._targets is None:
+            raise RuntimeError(f"no goals to track: the server at {self.uri} does not send tool_targets, or infer() "
+                               "has not been called since reset()")
+        if not 0 <= int(k) < len(self._targets["position"]):
+            raise IndexError(f"step {k} is outside the chunk of {len(self._targets['position'])} actions")
+        gripper = float(self._targets["gripper"][k])
+        if self.binarize_gripper:
+            gripper = float(gripper > 0.5)
+        q = np.asarray(observation_state(observation, "joint_position", 7), np.float32)  # as the policy reads it
+        return track_action(q, self._targets["position"][k],
+                            self._targets["rotation"][k], gripper)
 
     def close(self) -> None:
         """Close the websocket (idempotent)."""

@@ -14,7 +14,10 @@ What the server does, per flavour:
 * ``"openpi"``: sends ``metadata`` (a map; by default the policy's ``server_metadata`` attribute if it has
   one, e.g. a visuomotor policy's image resolution and cameras, else its ``action_mode`` if it declares one) on
   connect; treats every message as an observation; answers ``{"actions": (H, 8) float32,
-  "server_timing": {"infer_ms": ...}}``.  The protocol has no reset message, so the policy is reset
+  "server_timing": {"infer_ms": ...}}``, plus ``"tool_targets": {"position", "rotation", "gripper"}`` for a policy
+  that keeps its chunk's goals (``last_targets``: a flow or Cartesian visuomotor checkpoint, whose metadata says
+  ``"tool_targets": true``), so that :class:`~policies.openpi_client.OpenPIClient` tracks them as the in-process
+  policy does; openpi's own clients read ``actions`` and pass the rest by.  The protocol has no reset message, so the policy is reset
   with the ``prompt`` when a connection sends its first observation or the prompt changes.
 * ``"roboarena"``: sends its :class:`~policies.roboarena_client.RoboArenaConfig` on connect;
   ``endpoint="reset"`` resets the policy and answers the text ``"reset successful"``;
@@ -214,9 +217,13 @@ class PolicyServer:
             t0 = time.perf_counter()
             chunk = as_action_chunk(self.policy.infer(to_observation(msg)), f"served {type(self.policy).__name__}")
             infer_ms = 1000.0 * (time.perf_counter() - t0)
+            targets = getattr(self.policy, "last_targets", None)
         if self.flavour == "roboarena":
             return packb(chunk)
-        return packb({"actions": chunk, "server_timing": {"infer_ms": infer_ms}})
+        reply = {"actions": chunk, "server_timing": {"infer_ms": infer_ms}}
+        if targets is not None:
+            reply["tool_targets"] = {k: np.asarray(v) for k, v in targets.items()}
+        return packb(reply)
 
 
 def to_observation(msg: dict) -> dict[str, Any]:

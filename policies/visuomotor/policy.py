@@ -107,7 +107,8 @@ class VisuomotorPolicy:
         self._batch_targets: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         s = self.config.image_size
         self.server_metadata = {"action_mode": self.action_mode, "image_resolution": [s, s],
-                                "cameras": list(self.config.views), "chunk_size": self.config.chunk_size}
+                                "cameras": list(self.config.views), "chunk_size": self.config.chunk_size,
+                                "tool_targets": self.tracks_targets}
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, device: str = "cpu",
@@ -151,6 +152,15 @@ class VisuomotorPolicy:
     def tracks_targets(self) -> bool:
         """Whether :meth:`track` can re-aim the steps of a chunk: a Cartesian (``tool_delta``) checkpoint."""
         return self.config.action_mode == "tool_delta"
+
+    @property
+    def last_targets(self) -> dict[str, np.ndarray] | None:
+        """The goals of the last :meth:`infer`'s chunk (None if there are none): ``position`` (H, 3) of the tool point
+        [m] and ``rotation`` (H, 3, 3) of the hand in the robot base frame, ``gripper`` (H,) commands; what
+        :class:`~policies.server.PolicyServer` adds to its reply so that a client can track them too."""
+        if self._targets is None:
+            return None
+        return dict(zip(("position", "rotation", "gripper"), self._targets))
 
     def track(self, observation: dict[str, Any], k: int) -> np.ndarray:
         """The action (8,) float32 for step ``k`` of the last :meth:`infer`'s chunk, from this observation's joints.

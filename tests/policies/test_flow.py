@@ -256,6 +256,25 @@ def test_served_through_the_openpi_server_gives_the_same_actions(trained):
     env.close()
 
 
+def test_a_served_policy_is_tracked_over_the_wire_as_in_process(trained):
+    """The server adds the chunk's goals to openpi's reply; our client tracks them, so a whole episode through a real
+    websocket takes the in-process episode's actions."""
+    from policies import ChunkedController
+    from policies.openpi_client import OpenPIClient
+    from policies.server import PolicyServer
+
+    local = run_episode(gym.make(ENV, max_episode_steps=12), load(trained), seed=2_000_003)
+    with PolicyServer(load(trained), port=0) as server, OpenPIClient("127.0.0.1", server.port) as client:
+        assert client.metadata["tool_targets"] is True and ChunkedController(client).tracking
+        remote = run_episode(gym.make(ENV, max_episode_steps=12), client, seed=2_000_003)
+    np.testing.assert_allclose(remote.actions, local.actions, atol=1e-6)
+    with PolicyServer(load(trained), port=0, metadata={"action_mode": "joint_velocity"}) as server, \
+            OpenPIClient("127.0.0.1", server.port) as client:  # a server that does not announce them: as planned
+        assert not client.tracks_targets and not ChunkedController(client).tracking
+        with pytest.raises(RuntimeError, match="does not send tool_targets"):
+            client.track({"joint_position": np.zeros(7)}, 1)
+
+
 def test_real_openpi_client_gets_the_in_process_actions(trained, observation, tmp_path):
     """openpi's own ``WebsocketClientPolicy`` (a numpy-1 interpreter: ``NEURALSIM_OPENPI_PYTHON``) against our
     server; skipped where no such interpreter is configured."""
