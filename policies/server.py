@@ -17,8 +17,8 @@ What the server does, per flavour:
   "server_timing": {"infer_ms": ...}}``, plus ``"tool_targets": {"position", "rotation", "gripper"}`` for a policy
   that keeps its chunk's goals (``last_targets``: a flow or Cartesian visuomotor checkpoint, whose metadata says
   ``"tool_targets": true``), so that :class:`~policies.openpi_client.OpenPIClient` tracks them as the in-process
-  policy does; openpi's own clients read ``actions`` and pass the rest by.  The protocol has no reset message, so the policy is reset
-  with the ``prompt`` when a connection sends its first observation or the prompt changes.
+  policy does; openpi's own clients read ``actions`` and pass the rest by.  The protocol has no reset message, so
+  the policy is reset with the ``prompt`` when a connection sends its first observation or the prompt changes.
 * ``"roboarena"``: sends its :class:`~policies.roboarena_client.RoboArenaConfig` on connect;
   ``endpoint="reset"`` resets the policy and answers the text ``"reset successful"``;
   ``endpoint="infer"`` answers the bare (H, 8) float32 array.
