@@ -119,6 +119,17 @@ class ChunkPolicy:
             actions = joint_velocity_chunk(inputs["state"][:, :7].numpy(), actions[..., :6], actions[..., 6])
         return np.clip(actions, ACTION_LOW, ACTION_HIGH)
 
+    def tracked_actions(self, inputs: dict[str, torch.Tensor], actions: np.ndarray, joint_position: np.ndarray,
+                        j: int) -> np.ndarray:
+        """DROID actions (N, 8) for step ``j`` of sampled Cartesian chunks (N, E, A + 1), re-aimed from the measured
+        joints (N, 7) at that step's goal, as :class:`policies.ChunkedController` executes a tracking policy."""
+        from policies.visuomotor.cartesian import tool_targets, track_actions
+
+        p_goal, R_goal = tool_targets(inputs["state"][:, :7].numpy(), actions[:, j:j + 1, :6])
+        grip = self.policy.config.gripper_command(np.asarray(actions[:, j, -1], np.float32))
+        return np.clip(track_actions(np.asarray(joint_position, np.float32), p_goal[:, 0], R_goal[:, 0], grip),
+                       ACTION_LOW, ACTION_HIGH)
+
     def log_prob(self, mu: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """(N, E) log-density of ``actions`` under N(mu, std^2), summed over the action dimensions."""
         z = (actions - mu) / self.std
@@ -180,7 +191,9 @@ def collect(env, policy: ChunkPolicy, specs: Sequence, seeds: Sequence[int], hor
         executed = policy.env_actions(inputs, actions)
         k = min(e, horizon - t)
         for j in range(k):
-            obs, reward, terminated, truncated, infos = env.step(executed[:, j])
+            step = executed[:, j] if j == 0 or not policy.cartesian else policy.tracked_actions(
+                inputs, actions, obs["joint_position"], j)  # a Cartesian chunk's goals, tracked as run_episode does
+            obs, reward, terminated, truncated, infos = env.step(step)
         t += k
         record.inputs.append(inputs)
         record.actions.append(torch.from_numpy(actions))

@@ -104,14 +104,23 @@ def joint_velocity_chunk(joint_position: np.ndarray, offsets: np.ndarray, grippe
     return out
 
 
-def track_action(joint_position: np.ndarray, p_goal: np.ndarray, R_goal: np.ndarray, gripper: float) -> np.ndarray:
-    """One DROID action (8,) float32 for an arm measured at ``joint_position`` (7,): an IK step towards the goal
-    ``p_goal`` (3,), ``R_goal`` (3, 3) (one of :func:`tool_targets`), and the gripper command.
+def track_actions(joint_position: np.ndarray, p_goal: np.ndarray, R_goal: np.ndarray, gripper: np.ndarray
+                  ) -> np.ndarray:
+    """DROID actions (N, 8) float32 for arms measured at ``joint_position`` (N, 7): an IK step towards the goals
+    ``p_goal`` (N, 3), ``R_goal`` (N, 3, 3) (one step of :func:`tool_targets`' chunk each), and the gripper commands
+    (N,).
 
     Executing a chunk this way (closed loop on the joints, the goals fixed at query time) keeps the tool on the
     generated path where the open-loop plan of :func:`joint_velocity_chunk` drifts."""
-    q = np.asarray(joint_position, np.float64).reshape(1, 7)
-    out = np.empty(8, np.float32)
-    out[:7] = ik_step(q, np.asarray(p_goal, np.float64)[None], np.asarray(R_goal, np.float64)[None])[0]
-    out[7] = np.clip(gripper, 0.0, 1.0)
+    q = np.asarray(joint_position, np.float64)
+    out = np.empty((len(q), 8), np.float32)
+    out[:, :7] = ik_step(q, np.asarray(p_goal, np.float64), np.asarray(R_goal, np.float64))
+    out[:, 7] = np.clip(gripper, 0.0, 1.0)
     return out
+
+
+def track_action(joint_position: np.ndarray, p_goal: np.ndarray, R_goal: np.ndarray, gripper: float) -> np.ndarray:
+    """:func:`track_actions` for one arm: the action (8,) from joints (7,) towards ``p_goal`` (3,), ``R_goal``
+    (3, 3)."""
+    return track_actions(np.reshape(joint_position, (1, 7)), np.reshape(p_goal, (1, 3)), np.reshape(R_goal, (1, 3, 3)),
+                         np.reshape(gripper, (1,)))[0]

@@ -123,6 +123,13 @@ def test_samples_reach_the_env_as_droid_actions(any_head_policy):
     if chunks.cartesian:  # the IK layer's actions differ with the sampled tool offsets
         assert not np.allclose(executed[0], executed[1])
         np.testing.assert_allclose(executed[..., 7], np.clip(sampled[..., 6], 0, 1), rtol=1e-6)
+        # rollouts track the chunk's goals from the measured joints, as run_episode does: from the query pose,
+        # step 0 is the plan's and a later step aims straight at its own goal
+        q = rollouts.inputs[0]["state"][:, :7].numpy()
+        np.testing.assert_allclose(chunks.tracked_actions(rollouts.inputs[0], sampled, q, 0), executed[:, 0],
+                                   atol=1e-5)
+        later = chunks.tracked_actions(rollouts.inputs[0], sampled, q, 3)
+        assert later.shape == (len(q), 8) and not np.allclose(later[:, :7], executed[:, 3, :7], atol=1e-4)
 
 
 def test_divergence_is_flagged_when_the_world_model_reward_rises_and_the_truth_falls():
