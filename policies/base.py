@@ -133,9 +133,10 @@ class ChunkedController:
     ``min(replan_every, H)`` are executed (``replan_every=None``: all H, as RoboArena does).  They are executed
     open loop, except for a :class:`TargetTracking` policy with ``track=True``: its steps after the first come from
     ``policy.track(observation, k)``, the chunk's k-th goal reached from the arm as observed at that step.  On
-    SimDROID-v1's held-out episodes that lifts ``flow-s16000`` from 16% to 26% (90 episodes; a Cartesian visuomotor
-    checkpoint from 16% to 18%): the open-loop plan assumes an arm that moves each joint exactly as commanded, and
-    drifts off the path.  A policy behind openpi's wire is tracked when its server sends the goals (our
+    SimDROID-v1's held-out episodes that lifts a flow checkpoint trained on 617 demonstrations from 16% to 26% (90
+    episodes; a Cartesian visuomotor checkpoint from 16% to 18%): the open-loop plan assumes an arm that moves each
+    joint exactly as commanded, and drifts off the path.  A policy behind openpi's wire is tracked when its server
+    sends the goals (our
     :class:`~policies.server.PolicyServer` does, and :class:`~policies.openpi_client.OpenPIClient` reads them);
     otherwise its planned actions run open loop.
 
