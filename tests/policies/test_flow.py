@@ -275,6 +275,19 @@ def test_a_served_policy_is_tracked_over_the_wire_as_in_process(trained):
             client.track({"joint_position": np.zeros(7)}, 1)
 
 
+def test_malformed_tool_targets_from_a_server_are_refused_by_name():
+    from policies.openpi_client import PolicyServerError, targets_from_reply
+
+    good = {"position": np.zeros((4, 3)), "rotation": np.tile(np.eye(3), (4, 1, 1)), "gripper": np.zeros(4)}
+    assert targets_from_reply({"actions": None, "tool_targets": good}, 4, "ws://x")["rotation"].shape == (4, 3, 3)
+    with pytest.raises(PolicyServerError, match="announced tool_targets but sent NoneType"):
+        targets_from_reply({"actions": None}, 4, "ws://x")
+    with pytest.raises(PolicyServerError, match=r"'position': \(3, 3\)"):
+        targets_from_reply({"tool_targets": {**good, "position": np.zeros((3, 3))}}, 4, "ws://x")
+    with pytest.raises(PolicyServerError, match="non-finite"):
+        targets_from_reply({"tool_targets": {**good, "gripper": np.full(4, np.nan)}}, 4, "ws://x")
+
+
 def test_real_openpi_client_gets_the_in_process_actions(trained, observation, tmp_path):
     """openpi's own ``WebsocketClientPolicy`` (a numpy-1 interpreter: ``NEURALSIM_OPENPI_PYTHON``) against our
     server; skipped where no such interpreter is configured."""
