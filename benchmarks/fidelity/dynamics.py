@@ -28,8 +28,8 @@ directly, on short rollouts the model starts from *true* frames, conditioned on 
 
 **Action response** (``response``), the precursor of every ratio: a model that does not read its conditioning
 cannot follow it.  From the same true context and the same noise, the first frame is generated twice -- under the
-recorded condition of the next frame, and under the condition :data:`RESPONSE_JUMP` frames later (the hand moved on).
-The response is ``sum MSE(jumped, generated) / sum MSE(true frame t+8, true frame t+1)`` over the windows (pixel
+recorded condition of the next frame, and under the condition :data:`RESPONSE_JUMP` frames later (the hand moved on),
+the second from a fork of the context state, in the same pass as the rollouts.  The response is ``sum MSE(jumped, generated) / sum MSE(true frame t+8, true frame t+1)`` over the windows (pixel
 errors): ~0 when the frame ignores where the hand is; of the order of 1 when moving the condition moves the image as
 much as the true motion does (it cannot reach exactly 1: the cube does not teleport with the hand).
 
@@ -195,7 +195,8 @@ class Window:
 
 
 def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[Window], *, seed: int = 0,
-                        batch_size: int = 16, progress: bool = False, cond_shift: int = 0) -> list[np.ndarray]:
+                        batch_size: int = 16, progress: bool = False, cond_shift: int = 0,
+                        response_shift: int | None = None):
     """For each window: the true context frames up to its first frame (at most the model's window, teacher forced
     through :meth:`WorldModel.observe`), then ``length`` generated frames conditioned on the recorded robot state.
 
@@ -203,7 +204,12 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     The decoder's reference (for a model with a reference head) is the episode's frame 0, as in the env.  Each
     window's noise comes from its own generator seeded by (seed, episode index, start): deterministic and
     independent of the batching.  ``cond_shift``: generated frame t is conditioned on the recorded state at
-    ``start + t + cond_shift`` (the action response's counterfactual; 0: the true one)."""
+    ``start + t + cond_shift`` (the action response's counterfactual; 0: the true one).
+
+    With ``response_shift``, returns ``(videos, responses)``: beside each window's video, a (2, V, S, S, 3) one whose
+    frame 1 is generated from a fork of the same context state (:meth:`WorldModelState.fork`) and the same noise,
+    conditioned on the state at ``start + 1 + response_shift``: the counterfactual of ``cond_shift=response_shift``
+    without a second context pass."""
     import torch
     from tqdm import tqdm
 
@@ -211,6 +217,7 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     conds: dict[int, Any] = {}
     latents: dict[int, Any] = {}  # episode -> its true frames' normalised latents
     out: list[np.ndarray | None] = [None] * len(windows)
+    responses: list[np.ndarray | None] = [None] * len(windows)
     order = sorted(range(len(windows)), key=lambda i: (min(windows[i].start + 1, w_model), windows[i].length))
     bar = tqdm(total=len(windows), disable=not progress, desc="rollouts", unit="window")
     i = 0
@@ -243,10 +250,21 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
                 state.reference_latents.copy_(torch.stack([latents[w.episode][0] for w in wins]))
             for t in range(2 - ctx, 1):
                 wm.observe(state, latent_at(t), cond_at(t))
-            gens = [torch.Generator().manual_seed(int(seed) * 1_000_003 + e.index * 1_009 + w.start)
-                    for e, w in zip(eps, wins)]
+
+            def generators():
+                return [torch.Generator().manual_seed(int(seed) * 1_000_003 + e.index * 1_009 + w.start)
+                        for e, w in zip(eps, wins)]
+
             frames = np.zeros((b, length + 1, *eps[0].frames.shape[1:]), np.uint8)
             frames[:, 0] = frame_at(0).numpy()
+            if response_shift is not None:
+                fork = state.fork()
+                jumped = frames[:, :2].copy()
+                x = wm.generate(fork, row_noise(wm, generators()), cond_at(1 + response_shift))
+                jumped[:, 1] = wm.decode(x, fork.reference()).cpu().numpy()
+                for j, f in zip(batch, jumped):
+                    responses[j] = f
+            gens = generators()
             for t in range(1, length + 1):
                 x = wm.generate(state, row_noise(wm, gens), cond_at(t + cond_shift))
                 frames[:, t] = wm.decode(x, state.reference()).cpu().numpy()
@@ -254,7 +272,7 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
             out[j] = f
         bar.update(b)
     bar.close()
-    return out  # type: ignore[return-value]
+    return out if response_shift is None else (out, responses)
 
 
 # ---------------------------------------------------------------------------------------------- measuring
@@ -479,14 +497,13 @@ def evaluate(wm, episodes: Sequence[EvalEpisode], probe, scene: str, *, seed: in
     from ..common.heldout import open_loop_recorded
 
     plan = plan_windows(episodes)
-    rollouts = rollouts_from_truth(wm, episodes, plan["rollout"], seed=seed, batch_size=batch_size, progress=progress)
+    rollouts, jumped = rollouts_from_truth(wm, episodes, plan["rollout"], seed=seed, batch_size=batch_size,
+                                           progress=progress, response_shift=RESPONSE_JUMP - 1)
     round_trips: dict[int, np.ndarray] = {}
     report: dict[str, Any] = {}
     one_win, one_vid = truncate(plan["rollout"], rollouts, 1)
     phases = [window_phase(episodes[w.episode], w.start, w.length) for w in one_win]
     report["one_step"] = aggregate_one_step(phases, one_step_errors(episodes, one_win, one_vid))
-    jumped = rollouts_from_truth(wm, episodes, one_win, seed=seed, batch_size=batch_size, progress=progress,
-                                 cond_shift=RESPONSE_JUMP - 1)
     report["response"] = action_response(
         episodes, one_win, one_vid, jumped,
         [window_phase(episodes[w.episode], w.start, RESPONSE_JUMP) for w in one_win], resamples)

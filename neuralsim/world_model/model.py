@@ -24,6 +24,7 @@ every tiny op): use ``torch.set_num_threads(1)`` there.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -139,6 +140,11 @@ class WorldModelState:
     @property
     def batch_size(self) -> int:
         return self.cache.batch_size
+
+    def fork(self) -> "WorldModelState":
+        """An independent copy (cache, pending frames, references): generating from it leaves this state as it was,
+        so two continuations of one context (e.g. under two conditions) need one context pass, not two."""
+        return copy.deepcopy(self)
 
     def reference(self, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(views, normalised latents) of ``rows``' reset frames (all rows if None), for

@@ -135,6 +135,12 @@ def test_the_counterfactual_rollout_is_conditioned_on_the_later_state(tiny_check
     assert all(np.array_equal(a, b) for a, b in zip(same, again))
     assert any(not np.array_equal(a[1], j[1]) for a, j in zip(same, jumped))
     assert all(np.array_equal(a[0], j[0]) for a, j in zip(same, jumped))
+    # one pass: the counterfactual from a fork of the context state is the second pass's frame, and the fork
+    # leaves the true continuation as it was
+    longer = [D.Window(w.episode, w.start, 3, w.protocol) for w in wins]
+    videos, responses = D.rollouts_from_truth(wm, eps, longer, seed=1, response_shift=D.RESPONSE_JUMP - 1)
+    assert all(np.array_equal(r, j) for r, j in zip(responses, jumped))
+    assert all(np.array_equal(v, x) for v, x in zip(videos, D.rollouts_from_truth(wm, eps, longer, seed=1)))
 
 
 def test_a_quick_run_writes_the_report_and_its_plot(tiny_checkpoint, heldout_split, tmp_path, capsys):
