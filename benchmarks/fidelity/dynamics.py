@@ -29,9 +29,10 @@ directly, on short rollouts the model starts from *true* frames, conditioned on 
 **Action response** (``response``), the precursor of every ratio: a model that does not read its conditioning
 cannot follow it.  From the same true context and the same noise, the first frame is generated twice -- under the
 recorded condition of the next frame, and under the condition :data:`RESPONSE_JUMP` frames later (the hand moved on),
-the second from a fork of the context state, in the same pass as the rollouts.  The response is ``sum MSE(jumped, generated) / sum MSE(true frame t+8, true frame t+1)`` over the windows (pixel
-errors): ~0 when the frame ignores where the hand is; of the order of 1 when moving the condition moves the image as
-much as the true motion does (it cannot reach exactly 1: the cube does not teleport with the hand).
+the second from a fork of the context state, in the same pass as the rollouts.  The response is
+``sum MSE(jumped, generated) / sum MSE(true frame t+8, true frame t+1)`` over the windows (pixel errors): ~0 when
+the frame ignores where the hand is; of the order of 1 when moving the condition moves the image as much as the true
+motion does (it cannot reach exactly 1: the cube does not teleport with the hand).
 
 Protocols: ``one_step`` (teacher forced: the first generated frame after true context, its pixel error against
 the true next frame beside "repeat the last frame"'s, and the share of generated frames closer to the previous
