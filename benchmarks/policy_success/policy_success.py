@@ -14,6 +14,12 @@ chunks open loop) to the horizon; the verdict is the simulator's ground truth at
 rate with its 95% Wilson interval, mean rubric level (0-5), the same per task family, and for the learned policies the
 inference time per query and per env step at batch 1 (one CPU thread) and of one batched forward pass.
 
+What precedes a pick is measured too (``grasp``): where the hand is when the policy first commands the gripper shut
+in a put-in-bowl or stack episode, from the simulator's state: the tool point's horizontal distance to the target
+cube's centre, its height above it, and the yaw between the finger axis and the nearest pair of the cube's faces
+(0-45 degrees).  The legible scene's 6 cm cube fits the open hand only within about 20 degrees of yaw, so a policy
+whose ``yaw_deg`` median is above that closes on the cube's top.
+
 The scene defaults to the one the shipped checkpoints were trained in (their ``config.scene``), and a learned
 policy from another scene is refused.  Writes ``benchmarks/results/policy_success.json`` for that scene (another
 ``--scene X``: ``policy_success_X.json``):
@@ -101,6 +107,45 @@ def build(name: str, env, seed: int):
     return policy, isinstance(policy, VisuomotorPolicy)
 
 
+#: Task families whose episodes start with a grasp (the ``grasp`` measures).
+PICK_FAMILIES = ("put_in_bowl", "stack")
+
+
+def grasp_geometry(sim) -> dict:
+    """Where the hand of a SimDROID env (``env.unwrapped``) is against the task's target cube now: the tool point's
+    horizontal distance ``xy_cm`` to the cube's centre and height ``height_cm`` above it, and ``yaw_deg``, the angle
+    between the finger axis and the nearest pair of cube faces (0-45)."""
+    target = sim.spec_task.target
+    cube, tool = sim.cube_position(target), sim.tcp_position()
+    R = sim.data.site_xmat[sim.h.tcp_site].reshape(3, 3)
+    w, x, y, z = sim.cube_quat(target)
+    cube_yaw = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    off = (np.arctan2(R[1, 1], R[0, 1]) - cube_yaw + np.pi / 4) % (np.pi / 2) - np.pi / 4
+    return {"xy_cm": round(100 * float(np.linalg.norm(tool[:2] - cube[:2])), 2),
+            "height_cm": round(100 * float(tool[2] - cube[2]), 2), "yaw_deg": round(float(np.degrees(abs(off))), 1)}
+
+
+def first_close(actions: np.ndarray, before: list[dict | None]) -> dict | None:
+    """The :func:`grasp_geometry` (``before[j]``: the state action ``j`` was chosen in) at the first action that
+    commands the gripper shut, with its step; None when the gripper was never commanded shut."""
+    shut = np.flatnonzero(np.asarray(actions)[:, 7] > 0.5)
+    if not len(shut) or before[int(shut[0])] is None:
+        return None
+    return {"step": int(shut[0]), **before[int(shut[0])]}
+
+
+def summarise_grasps(rows: list[dict]) -> dict:
+    """Medians of the first-close geometry over the pick episodes of ``rows``, and the share of them that closed
+    with the fingers within 15 degrees of the faces' yaw and 1.5 cm of the centre."""
+    picks = [r for r in rows if r["family"] in PICK_FAMILIES]
+    closes = [r["grasp"] for r in picks if r.get("grasp")]
+    out = {"pick_episodes": len(picks), "closed": len(closes)}
+    for key in ("xy_cm", "height_cm", "yaw_deg"):
+        out[key] = float(np.median([c[key] for c in closes])) if closes else None
+    out["aligned"] = (sum(c["yaw_deg"] < 15 and c["xy_cm"] < 1.5 for c in closes) / len(picks)) if picks else None
+    return out
+
+
 def summarise(rows: list[dict]) -> dict:
     """Success rate with its Wilson 95% interval and the mean level of a list of episode rows."""
     k = sum(r["success"] for r in rows)
@@ -154,16 +199,19 @@ def run(args: Args) -> dict:
             raise ValueError(f"{name} was trained on the {policy.config.scene!r} scene, not {args.scene!r}")
         rows, steps, infer_s, queries = [], 0, 0.0, 0
         for seed, family in heldout_starts(args.episodes, args.seed0):
+            before: list[dict | None] = [None]  # the state each action is chosen in (the reset's: not needed)
             res = run_episode(env, policy, replan_every=args.replan_every, track=args.track, seed=seed,
-                              options={"task": family})
+                              options={"task": family},
+                              callback=lambda *_: before.append(grasp_geometry(env.unwrapped)))
             steps, infer_s, queries = steps + res.steps, infer_s + res.infer_seconds, queries + res.num_queries
             rows.append({"policy": name, "seed": seed, "family": family, "instruction": res.instruction,
                          "success": bool(res.info["success"]), "level": int(res.info["rubric_level"]),
-                         "steps": res.steps})
+                         "steps": res.steps, "grasp": first_close(res.actions, before)})
             bar.update()
         tracked = args.track and isinstance(policy, TargetTracking) and bool(policy.tracks_targets)
         entry = {"name": name, "learned": learned, "tracked": tracked, **summarise(rows),
                  "per_task": {f: summarise([r for r in rows if r["family"] == f]) for f in TASK_FAMILIES},
+                 "grasp": summarise_grasps(rows),
                  "infer_ms_per_step": 1000 * infer_s / max(1, steps), "infer_ms_per_query": 1000 * infer_s / max(
                      1, queries)}
         if learned:
@@ -205,6 +253,14 @@ def print_report(report: dict) -> None:
         ms = f" {t['infer_ms_batch1']:9.2f} {p['infer_ms_per_step']:8.2f}" if t else ""
         print(f"{p['name']:22s} {str(p['learned']):>7s} {p['success_rate']:8.0%} {f'[{lo:.2f}, {hi:.2f}]':>13s} "
               f"{p['mean_level']:6.2f}{cells}{ms}")
+    grasps = [p for p in report["policies"] if (p.get("grasp") or {}).get("closed")]
+    if grasps:
+        print("\nthe hand at the first gripper close of the pick episodes (medians; aligned: yaw < 15 deg, xy < 1.5 cm)")
+        print(f"{'policy':22s} {'closed':>9s} {'xy cm':>6s} {'height cm':>9s} {'yaw deg':>7s} {'aligned':>7s}")
+        for p in grasps:
+            g = p["grasp"]
+            print(f"{p['name']:22s} {g['closed']:4d}/{g['pick_episodes']:<4d} {g['xy_cm']:6.2f} "
+                  f"{g['height_cm']:9.2f} {g['yaw_deg']:7.1f} {g['aligned']:7.0%}")
     replan = report.get("replan_every", DEFAULT_REPLAN_EVERY)
     for p in report["policies"]:
         if p.get("timing"):
