@@ -255,7 +255,8 @@ def print_report(report: dict) -> None:
               f"{p['mean_level']:6.2f}{cells}{ms}")
     grasps = [p for p in report["policies"] if (p.get("grasp") or {}).get("closed")]
     if grasps:
-        print("\nthe hand at the first gripper close of the pick episodes (medians; aligned: yaw < 15 deg, xy < 1.5 cm)")
+        print("\nthe hand at the first gripper close of the pick episodes (medians; aligned: yaw < 15 deg, xy < 1.5 "
+              "cm)")
         print(f"{'policy':22s} {'closed':>9s} {'xy cm':>6s} {'height cm':>9s} {'yaw deg':>7s} {'aligned':>7s}")
         for p in grasps:
             g = p["grasp"]
