@@ -247,6 +247,10 @@ def _add_data(sub) -> None:
                    help="comma-separated failure modes a failing episode draws from, uniformly; list one twice to "
                         "draw it twice as often (default: all, missed_grasp,weak_grip,early_release,overshoot,"
                         "wrist_tilt,oscillation)")
+    g.add_argument("--recovery-share", dest="recovery_share", type=float, default=0.0,
+                   help="share of the clean pick episodes that are recovery demonstrations: the hand approaches "
+                        "with its yaw 15-40 degrees off and turns back above the cube before the descent "
+                        "(default %(default)s)")
     g.add_argument("--noise", type=float, nargs=2, default=(0.0, 0.3), metavar=("LOW", "HIGH"),
                    help="range of the expert's command-noise std (default 0.0 0.3)")
     g.add_argument("--families", default=None,
@@ -296,6 +300,7 @@ def _run_generate(args: argparse.Namespace) -> int:
                        max_steps=args.max_steps, image_size=args.image_size, progress=args.progress, ood=args.ood,
                        frames_format=args.frames_format, actor=args.actor, perturbation=args.perturbation,
                        severity=args.severity, scene=args.scene, failure_modes=modes,
+                       recovery_share=args.recovery_share,
                        **({"settle_steps": args.max_steps} if args.full_horizon else {}))
     print(summary.format())
     return 0

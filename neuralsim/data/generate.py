@@ -73,11 +73,13 @@ log = logging.getLogger(__name__)
 SETTLE_STEPS = 5
 #: Parameters that define a dataset's episodes; a resume must match all of them.
 GENERATION_KEYS = ("seed", "failure_share", "noise", "families", "max_steps", "image_size", "settle_steps", "expert",
-                   "distribution", "actor", "perturbation", "severity", "scene", "failure_modes")
+                   "distribution", "actor", "perturbation", "severity", "scene", "failure_modes", "recovery_share")
 #: Values of generation parameters that datasets written before the parameter existed implicitly used
 #: (such parameters are also left out of ``meta/info.json`` when they have this value).
 GENERATION_DEFAULTS = {"distribution": "train", "actor": "expert", "perturbation": None, "severity": None,
-                       "scene": "classic", "failure_modes": None}
+                       "scene": "classic", "failure_modes": None, "recovery_share": 0.0}
+#: Range of the hand's yaw offset [deg] on the approach of a recovery demonstration (either sign).
+RECOVERY_YAW_DEG = (15.0, 40.0)
 EXPERT_NAME = "neuralsim.envs.experts.ScriptedExpert"
 #: Who acts in the episodes: the scripted expert, or a no-skill baseline (see :class:`IdleActor`,
 #: :class:`RandomActor`) that labels what doing nothing, or flailing, looks like.
@@ -90,19 +92,25 @@ class GenerationMismatchError(ValueError):
 
 @dataclass
 class EpisodePlan:
-    """What episode ``index`` will be: its seed, task family, failure mode and expert noise."""
+    """What episode ``index`` will be: its seed, task family, failure mode, expert noise and approach yaw."""
 
     index: int
     seed: int
     family: str
     failure: str | None
     noise: float
+    approach_yaw: float = 0.0
+    """The expert's yaw offset [rad] on the way to a pick (``ScriptedExpert(approach_yaw=)``): a recovery
+    demonstration when not 0."""
 
 
 def plan_episode(index: int, seed: int, families: Sequence[str], failure_share: float,
-                 noise: tuple[float, float], failure_modes: Sequence[str] | None = None) -> EpisodePlan:
+                 noise: tuple[float, float], failure_modes: Sequence[str] | None = None,
+                 recovery_share: float = 0.0) -> EpisodePlan:
     """The deterministic plan of episode ``index`` (see the module docstring); a failing episode's mode is drawn
-    from ``failure_modes`` (default: all of FAILURE_MODES, listed again to weight one up)."""
+    from ``failure_modes`` (default: all of FAILURE_MODES, listed again to weight one up).  A clean pick episode
+    is a recovery demonstration with probability ``recovery_share``: the hand approaches with a yaw offset drawn
+    from :data:`RECOVERY_YAW_DEG`, either sign (the draws come after the others, so plans without it are unchanged)."""
     from ..envs.experts import FAILURE_MODES
 
     modes = FAILURE_MODES if failure_modes is None else tuple(failure_modes)
@@ -111,8 +119,11 @@ def plan_episode(index: int, seed: int, families: Sequence[str], failure_share: 
     failing = rng.random() < failure_share
     mode = modes[int(rng.integers(len(modes)))]
     lo, hi = noise
-    return EpisodePlan(index=index, seed=ep_seed, family=families[index % len(families)],
+    plan = EpisodePlan(index=index, seed=ep_seed, family=families[index % len(families)],
                        failure=mode if failing else None, noise=float(rng.uniform(lo, hi)) if hi > lo else float(lo))
+    if recovery_share > 0 and not failing and plan.family != "push_to_pad" and rng.random() < recovery_share:
+        plan.approach_yaw = float(np.radians(rng.uniform(*RECOVERY_YAW_DEG)) * rng.choice((-1.0, 1.0)))
+    return plan
 
 
 @dataclass
@@ -295,12 +306,13 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
     actor = params.get("actor", "expert")
     env = _worker_env(params["image_size"], distribution, params.get("scene", "classic"))
     if params.get("perturbation"):  # the clean expert acts; its actions then go through the wrapper
-        plan = replace(plan, failure=None)
+        plan = replace(plan, failure=None, approach_yaw=0.0)
     if actor == "expert":
-        expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed)
+        expert = ScriptedExpert(env, noise=plan.noise, failure=plan.failure, seed=plan.seed,
+                                approach_yaw=plan.approach_yaw)
     else:  # a no-skill actor: no plan, no failure mode, no noise; it never says it is done
         expert = (IdleActor if actor == "idle" else RandomActor)(seed=plan.seed)
-        plan = replace(plan, failure=None, noise=0.0)
+        plan = replace(plan, failure=None, noise=0.0, approach_yaw=0.0)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     if params.get("perturbation"):  # the clean expert to the horizon, then its actions through the wrapper
@@ -316,6 +328,8 @@ def _episode_job(root: str, plan: EpisodePlan, params: dict) -> dict:
         r = run_expert(env, expert, plan.seed, plan.family, params["max_steps"], params["settle_steps"])
     ep = r.episode
     ep.metadata.update(seed=plan.seed, failure=plan.failure, noise=plan.noise)
+    if plan.approach_yaw:
+        extra["approach_yaw_deg"] = round(float(np.degrees(plan.approach_yaw)), 2)
     W.write_episode(root, ep, plan.index, extra_columns=r.ground_truth,
                     frames_format=params.get("frames_format", "mp4"))
     info = r.info
@@ -425,7 +439,7 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
              max_steps: int = 150, image_size: int = 64, progress: bool = True, ood: bool = False,
              settle_steps: int = SETTLE_STEPS, frames_format: str = "mp4", actor: str = "expert",
              perturbation: str | None = None, severity: float = 0.5, scene: str = "classic",
-             failure_modes: Sequence[str] | None = None) -> GenerationSummary:
+             failure_modes: Sequence[str] | None = None, recovery_share: float = 0.0) -> GenerationSummary:
     """Generate (or resume/extend) a dataset of ``episodes`` expert episodes in ``out``.
 
     Args:
@@ -456,6 +470,9 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
             ``"legible"`` (``SimDROID-v1``).
         failure_modes: the failure modes a failing episode draws from, uniformly (default: all of
             :data:`~neuralsim.envs.experts.FAILURE_MODES`); a mode listed twice is drawn twice as often.
+        recovery_share: share of the clean pick episodes (put in bowl, stack) that are recovery demonstrations:
+            the expert approaches with the hand's yaw off by 15-40 degrees and turns it back above the cube before
+            the descent (``ScriptedExpert(approach_yaw=)``), so a cloned policy sees how to fix a misread yaw.
 
     Returns:
         A :class:`GenerationSummary` over the whole dataset (``.format()`` for a printable report).
@@ -471,6 +488,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         raise ValueError(f"noise must be a value or (low, high) range with 0 <= low <= high <= 1, got {noise!r}")
     if not 0.0 <= failure_share <= 1.0:
         raise ValueError(f"failure_share must be in [0, 1], got {failure_share}")
+    if not 0.0 <= recovery_share <= 1.0:
+        raise ValueError(f"recovery_share must be in [0, 1], got {recovery_share}")
     if failure_modes is not None:
         from ..envs.experts import FAILURE_MODES
 
@@ -489,6 +508,8 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
         params["distribution"] = "ood"
     if failure_modes is not None:
         params["failure_modes"] = failure_modes
+    if recovery_share:
+        params["recovery_share"] = float(recovery_share)
     from ..envs.scene import SCENES
 
     if scene not in SCENES:
@@ -523,7 +544,7 @@ def generate(out: str | Path, episodes: int, workers: int = 1, seed: int = 0, fa
     with _exclusive(root):
         records = _prepare(root, params)
         done = {int(r["episode_index"]) for r in records}
-        todo = [plan_episode(i, seed, families, failure_share, (lo, hi), failure_modes)
+        todo = [plan_episode(i, seed, families, failure_share, (lo, hi), failure_modes, recovery_share)
                 for i in range(episodes) if i not in done]
         if done:
             log.info("%s: %d episodes already done, %d to generate", root, len(done & set(range(episodes))), len(todo))

@@ -33,6 +33,8 @@ MAX_LINEAR_STEP = 0.022
 MAX_ANGULAR_STEP = 0.12
 #: Tool-point height [m] above the table while carrying.
 CARRY_HEIGHT = 0.16
+#: With an ``approach_yaw``, the descent to the grasp waits until the hand's yaw is this close to the grasp's [rad].
+ALIGNED_YAW = np.radians(3.0)
 #: Damping of the least-squares IK and gain of the null-space posture pull.
 IK_DAMPING = 0.05
 NULLSPACE_GAIN = 0.05
@@ -52,9 +54,14 @@ class ScriptedExpert:
         noise: std of Gaussian noise added to the normalised arm command.
         failure: None or one of :data:`FAILURE_MODES`.
         seed: seed of the noise generator.
+        approach_yaw: yaw offset [rad] the hand keeps on its way to a pick (put in bowl, stack), corrected above the
+            cube: the descent waits until the fingers are within :data:`ALIGNED_YAW` of the grasp's yaw.  A
+            recovery demonstration (the task still succeeds): it shows a policy what to do when it arrives above
+            the cube misaligned, the state a cloned policy reaches when it misreads the cube's yaw far away.
     """
 
-    def __init__(self, env: SimDROIDEnv, noise: float = 0.0, failure: str | None = None, seed: int | None = None):
+    def __init__(self, env: SimDROIDEnv, noise: float = 0.0, failure: str | None = None, seed: int | None = None,
+                 approach_yaw: float = 0.0):
         env = getattr(env, "unwrapped", env)
         if not isinstance(env, SimDROIDEnv):
             raise TypeError(f"ScriptedExpert needs a SimDROIDEnv (it reads privileged state), got {type(env).__name__}")
@@ -62,9 +69,11 @@ class ScriptedExpert:
             raise ValueError(f"failure must be None or one of {FAILURE_MODES}, got {failure!r}")
         if not 0.0 <= noise <= 1.0:
             raise ValueError(f"noise must be in [0, 1], got {noise}")
+        if not abs(approach_yaw) <= np.pi / 4:
+            raise ValueError(f"approach_yaw must be within [-pi/4, pi/4] rad, got {approach_yaw}")
         if env.action_mode != "joint_velocity":
             raise ValueError("ScriptedExpert acts in action_mode='joint_velocity'")
-        self.env, self.noise, self.failure = env, float(noise), failure
+        self.env, self.noise, self.failure, self.approach_yaw = env, float(noise), failure, float(approach_yaw)
         self.rng = np.random.default_rng(seed)
         self.done = False
         self._phase = 0
@@ -86,6 +95,11 @@ class ScriptedExpert:
 
     def _hand_rotation(self) -> np.ndarray:
         return self.env.data.site_xmat[self.env.h.tcp_site].reshape(3, 3).copy()
+
+    def _hand_yaw(self) -> float:
+        """Yaw of the finger axis (the hand's y axis)."""
+        R = self._hand_rotation()
+        return float(np.arctan2(R[1, 1], R[0, 1]))
 
     def _cube_yaw(self, i: int) -> float:
         w, x, y, z = self.env.cube_quat(i)
@@ -181,7 +195,8 @@ class ScriptedExpert:
         env, t, f = self.env, self.task, self.failure
         cube = env.cube_position(t.target)
         roll = 0.5 if f == "wrist_tilt" else 0.0
-        yaw = self._yaw + (np.pi / 4 if f == "wrist_tilt" and self._phase <= 3 else 0.0)
+        yaw = self._yaw + (np.pi / 4 if f == "wrist_tilt" and self._phase <= 3 else 0.0) + (
+            self.approach_yaw if self._phase == 0 else 0.0)
         R = self._target_rotation(yaw, roll if self._phase <= 3 else 0.0)
         grasp_xy = cube[:2] + (0.045 * np.array([np.cos(self._yaw + np.pi / 2), np.sin(self._yaw + np.pi / 2)])
                                if f == "missed_grasp" else 0.0)
@@ -201,9 +216,12 @@ class ScriptedExpert:
             p = np.array([gp[0], gp[1], CARRY_HEIGHT])
             self._grip = 0.0
             self._advance(self._at(p, 0.02) and self._timer > 2)
-        elif ph == 1:  # descend
+        elif ph == 1:  # descend (with an approach_yaw: turn to the grasp's yaw first, above the cube)
             p = gp.copy()
-            self._advance(self._at(p, 0.008))
+            turning = bool(self.approach_yaw) and abs(_wrap(self._hand_yaw() - yaw)) > ALIGNED_YAW
+            if turning:
+                p[2] = max(p[2], CARRY_HEIGHT - 0.04)
+            self._advance(not turning and self._at(p, 0.008))
         elif ph == 2:  # close
             p = gp.copy()
             self._grip = env.scene.touch_grip if f == "weak_grip" else 1.0

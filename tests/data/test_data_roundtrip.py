@@ -161,6 +161,30 @@ def test_failure_modes_restrict_and_weight_the_draw(dataset):
         generate(dataset, 2, **{**PARAMS, "failure_modes": ["weak_grip"]})
 
 
+def test_recovery_share_turns_some_clean_picks_into_recovery_demonstrations(dataset):
+    """Only clean pick episodes get an approach yaw, within RECOVERY_YAW_DEG of either sign; a share of 0 keeps the
+    old plans, and a dataset made without it refuses to be extended with it."""
+    from neuralsim.data.generate import RECOVERY_YAW_DEG
+
+    fams = ["put_in_bowl", "push_to_pad", "stack"]
+    old = [plan_episode(i, 0, fams, 0.3, (0.0, 0.3)) for i in range(300)]
+    assert old == [plan_episode(i, 0, fams, 0.3, (0.0, 0.3), None, 0.0) for i in range(300)]
+    new = [plan_episode(i, 0, fams, 0.3, (0.0, 0.3), None, 0.5) for i in range(300)]
+    assert [(p.seed, p.family, p.failure, p.noise) for p in new] == [(p.seed, p.family, p.failure, p.noise)
+                                                                      for p in old]
+    turned = [p for p in new if p.approach_yaw]
+    assert all(p.failure is None and p.family != "push_to_pad" for p in turned)
+    clean_picks = [p for p in new if p.failure is None and p.family != "push_to_pad"]
+    assert 0.35 < len(turned) / len(clean_picks) < 0.65
+    deg = np.degrees([abs(p.approach_yaw) for p in turned])
+    assert deg.min() >= RECOVERY_YAW_DEG[0] and deg.max() <= RECOVERY_YAW_DEG[1]
+    assert 0.3 < np.mean([p.approach_yaw > 0 for p in turned]) < 0.7
+    with pytest.raises(GenerationMismatchError, match="recovery_share"):
+        generate(dataset, 2, **{**PARAMS, "recovery_share": 0.5})
+    with pytest.raises(ValueError, match="recovery_share"):
+        generate(dataset, 2, **{**PARAMS, "recovery_share": 1.5})
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="families"):
         generate(tmp_path / "a", 1, families=["juggle"], progress=False)

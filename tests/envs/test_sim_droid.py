@@ -201,11 +201,40 @@ def test_terminate_on_success_and_custom_reward_fn():
     e.close()
 
 
+@pytest.mark.parametrize("offset_deg", [-35.0, 25.0])
+def test_an_approach_yaw_is_turned_back_above_the_cube_before_the_grasp(offset_deg):
+    """A recovery demonstration: the hand arrives above the cube turned by ``approach_yaw``, turns back there, then
+    descends and grasps aligned, and the task still succeeds."""
+    e = gym.make("SimDROID-v1").unwrapped
+    obs, _ = e.reset(seed=11, options={"task": "put_in_bowl"})
+    expert = ScriptedExpert(e, approach_yaw=np.radians(offset_deg))
+    expert.reset()
+
+    def off() -> float:  # the fingers' yaw from the grasp's, degrees
+        return float(np.degrees((expert._hand_yaw() - expert._yaw + np.pi) % (2 * np.pi) - np.pi))
+
+    at_descent, at_close, info = None, None, {}
+    for _ in range(150):
+        if expert._phase == 1 and at_descent is None:
+            at_descent = (off(), e.tcp_position()[2])
+        action = expert.act(obs)
+        if action[7] > 0.5 and at_close is None:
+            at_close = off()
+        obs, _, _, _, info = e.step(action)
+        if expert.done:
+            break
+    assert at_descent[0] == pytest.approx(offset_deg, abs=3) and at_descent[1] > 0.1
+    assert abs(at_close) < 3 and info["success"], (at_descent, at_close, info["rubric_level"])
+    e.close()
+
+
 def test_expert_rejects_bad_arguments(env):
     with pytest.raises(ValueError, match="failure"):
         ScriptedExpert(env, failure="dance")
     with pytest.raises(TypeError):
         ScriptedExpert(object())
+    with pytest.raises(ValueError, match="approach_yaw"):
+        ScriptedExpert(env, approach_yaw=1.0)
     assert len(FAILURE_MODES) == 6
 
 
