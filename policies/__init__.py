@@ -23,7 +23,7 @@ name                       policy
 ``"roboarena:HOST:PORT"``  a RoboArena policy server (:mod:`policies.roboarena_client`)
 ``"visuomotor-s<steps>"``  a shipped learned visuomotor checkpoint (:mod:`policies.visuomotor`)
 ``"visuomotor:PATH"``      a visuomotor checkpoint directory (or a hub id in the local cache)
-``"flow-<name>"``          a shipped flow-matching checkpoint (:mod:`policies.flow`: flow-v2-s16000, ...)
+``"flow-<name>"``          a shipped flow-matching checkpoint (:mod:`policies.flow`: flow-v4-s16000, ...)
 ``"flow:PATH"``            a flow checkpoint directory (``neuralsim train-flow-policy`` writes them)
 =========================  ==========================================================================
 

@@ -4,8 +4,8 @@ One policy kind in one folder (LeRobot's layout): :mod:`.config` (the saved conf
 ResNet-18-style trunk per view with GroupNorm and a spatial-softmax pool, a rectified-flow transformer head over
 action chunks, checkpoint I/O), :mod:`.policy` (the :class:`~policies.base.Policy` front, single and batched; the
 visuomotor Cartesian head's IK layer turns the generated tool moves into DROID joint velocities) and :mod:`.train`
-(``neuralsim train-flow-policy``, resumable).  Shipped checkpoints live in ``weights/NAME`` (``flow-v2-s2000``,
-``flow-v2-s8000``, ``flow-v2-s16000``: three snapshots of one run, graded skill).
+(``neuralsim train-flow-policy``, resumable).  Shipped checkpoints live in ``weights/NAME`` (``flow-v4-s2000``,
+``flow-v4-s8000``, ``flow-v4-s16000``: three snapshots of one run, graded skill).
 Importing this package does not import torch.
 """
 

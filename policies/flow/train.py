@@ -2,13 +2,16 @@
 
 Usage:
     neuralsim data generate data/legible_demos --scene legible --episodes 1500 --seed 10000 --failure-share 0
+    neuralsim data generate data/legible_recovery --scene legible --episodes 1500 --seed 30000 --failure-share 0 \
+        --recovery-share 1
     neuralsim train-flow-policy --out runs/flow_legible --device cuda   # GPU: bf16, batch 256; the default data
     python -m policies.flow.train --data data/legible_demos --out runs/flow_legible   # the same, no entry point
 
-The default data are the four legible datasets of the README's "Visuomotor baselines" (:data:`FLOW_DATA`): the
-visuomotor recipe's three and ``data/legible_demos``, ~2,000 demonstrations in all.  Demonstrations are what the
-policy is short of: at equal samples (batch 128 x 16,000 steps), 617 of them give 26% held-out success and 1,994
-give 49%.
+The default data are the five legible datasets of the README's "Visuomotor baselines" (:data:`FLOW_DATA`): the
+visuomotor recipe's three, ``data/legible_demos`` (clean demonstrations) and ``data/legible_recovery`` (recovery
+demonstrations: each pick approaches with the hand's yaw 15-40 degrees off and turns it back above the cube), ~3,400
+demonstrations in all.  Without the recovery ones a cloned policy misreads the cube's yaw from afar, holds the yaw
+it chose and closes its fingers on the cube's top; with them it turns the hand above the cube (docs/EXPERIMENTS.md).
 
 Every frame of the chosen episodes (the successful ones without an injected failure mode, unless told otherwise) is a
 sample: the config's views and the joint and gripper state at that frame, the instruction's tokens, and as target
@@ -42,8 +45,9 @@ import numpy as np
 
 from ..visuomotor.train import SHIPPED_DATA, learning_rate, parse_snapshots
 
-#: The flow policies' default training data: the visuomotor recipe's three datasets and 1,500 clean demonstrations.
-FLOW_DATA = SHIPPED_DATA + ",data/legible_demos"
+#: The flow policies' default training data: the visuomotor recipe's three datasets, 1,500 clean demonstrations and
+#: 1,500 recovery demonstrations.
+FLOW_DATA = SHIPPED_DATA + ",data/legible_demos,data/legible_recovery"
 
 if TYPE_CHECKING:  # torch is imported when training starts, so the CLI's --help stays instant
     import torch

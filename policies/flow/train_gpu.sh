@@ -15,11 +15,12 @@ export MUJOCO_GL=${MUJOCO_GL:-egl}
 if [ "${DEVICE:-cuda}" = cuda ]; then "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
   || { echo "torch sees no CUDA device; set DEVICE=cpu to train on CPUs" >&2; exit 1; }; fi
 G=("$PY" -m neuralsim.cli data generate --scene legible --workers "$WORKERS" --no-progress)
-# the four legible datasets of the README's "Visuomotor baselines" (successful, failure-free episodes are cloned)
+# the five legible datasets of the README's "Visuomotor baselines" (successful, failure-free episodes are cloned)
 "${G[@]}" data/legible --episodes 720
 "${G[@]}" data/legible_mix --episodes 400 --seed 3000 --failure-share 0.5 --noise 0 0.9
 "${G[@]}" data/legible_full --episodes 360 --seed 7000 --failure-share 0.6 --noise 0 0.9 --full-horizon \
   --failure-modes missed_grasp,weak_grip,weak_grip,early_release,overshoot,overshoot,wrist_tilt,oscillation
 "${G[@]}" data/legible_demos --episodes 1500 --seed 10000 --failure-share 0 --noise 0 0.3
-"$PY" -m policies.flow.train --data data/legible,data/legible_mix,data/legible_full,data/legible_demos --out "$OUT" \
+"${G[@]}" data/legible_recovery --episodes 1500 --seed 30000 --failure-share 0 --noise 0 0.3 --recovery-share 1
+"$PY" -m policies.flow.train --out "$OUT" \
   --device "${DEVICE:-cuda}" --num-threads "${NUM_THREADS:-8}" ${MAX_MINUTES:+--max-minutes "$MAX_MINUTES"}

@@ -317,10 +317,10 @@ def test_the_shipped_checkpoints_load_by_name_and_act_in_the_legible_scene():
     from policies.flow.policy import shipped_checkpoints
 
     names = shipped_checkpoints()
-    assert {"flow-v2-s2000", "flow-v2-s8000", "flow-v2-s16000"} <= set(names) <= set(available_policies())
+    assert {"flow-v4-s2000", "flow-v4-s8000", "flow-v4-s16000"} <= set(names) <= set(available_policies())
     env = gym.make("SimDROID-v1")
     obs, info = env.reset(seed=2_000_000)
-    for name in ("flow-v2-s2000", "flow-v2-s16000"):
+    for name in ("flow-v4-s2000", "flow-v4-s16000"):
         policy = make_policy(name, num_threads=1)
         assert policy.config.scene == "legible" and policy.config.training["step"] == int(name.split("-s")[1])
         policy.reset(info["instruction"])
