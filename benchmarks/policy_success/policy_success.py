@@ -117,10 +117,7 @@ def grasp_geometry(sim) -> dict:
     between the finger axis and the nearest pair of cube faces (0-45)."""
     target = sim.spec_task.target
     cube, tool = sim.cube_position(target), sim.tcp_position()
-    R = sim.data.site_xmat[sim.h.tcp_site].reshape(3, 3)
-    w, x, y, z = sim.cube_quat(target)
-    cube_yaw = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-    off = (np.arctan2(R[1, 1], R[0, 1]) - cube_yaw + np.pi / 4) % (np.pi / 2) - np.pi / 4
+    off = (sim.finger_yaw() - sim.cube_yaw(target) + np.pi / 4) % (np.pi / 2) - np.pi / 4
     return {"xy_cm": round(100 * float(np.linalg.norm(tool[:2] - cube[:2])), 2),
             "height_cm": round(100 * float(tool[2] - cube[2]), 2), "yaw_deg": round(float(np.degrees(abs(off))), 1)}
 

@@ -96,20 +96,10 @@ class ScriptedExpert:
     def _hand_rotation(self) -> np.ndarray:
         return self.env.data.site_xmat[self.env.h.tcp_site].reshape(3, 3).copy()
 
-    def _hand_yaw(self) -> float:
-        """Yaw of the finger axis (the hand's y axis)."""
-        R = self._hand_rotation()
-        return float(np.arctan2(R[1, 1], R[0, 1]))
-
-    def _cube_yaw(self, i: int) -> float:
-        w, x, y, z = self.env.cube_quat(i)
-        return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
-
     def _grasp_yaw(self) -> float:
         """Yaw of the finger axis that grips the target's faces and is closest to the current hand."""
-        R = self._hand_rotation()
-        cur = np.arctan2(R[1, 1], R[0, 1])
-        base = self._cube_yaw(self.task.target)
+        cur = self.env.finger_yaw()
+        base = self.env.cube_yaw(self.task.target)
         cands = [base + k * np.pi / 2 for k in range(-4, 5)]
         return float(min(cands, key=lambda c: abs(_wrap(c - cur))))
 
@@ -218,7 +208,7 @@ class ScriptedExpert:
             self._advance(self._at(p, 0.02) and self._timer > 2)
         elif ph == 1:  # descend (with an approach_yaw: turn to the grasp's yaw first, above the cube)
             p = gp.copy()
-            turning = bool(self.approach_yaw) and abs(_wrap(self._hand_yaw() - yaw)) > ALIGNED_YAW
+            turning = bool(self.approach_yaw) and abs(_wrap(self.env.finger_yaw() - yaw)) > ALIGNED_YAW
             if turning:
                 p[2] = max(p[2], CARRY_HEIGHT - 0.04)
             self._advance(not turning and self._at(p, 0.008))

@@ -307,6 +307,16 @@ class SimDROIDEnv(HorizonFromMake, gym.Env):
     def cube_quat(self, i: int) -> np.ndarray:
         return self.data.xquat[self.h.cube_body[i]].copy()
 
+    def cube_yaw(self, i: int) -> float:
+        """Yaw [rad] of cube ``i`` about the vertical, from its quaternion."""
+        w, x, y, z = self.data.xquat[self.h.cube_body[i]]
+        return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+    def finger_yaw(self) -> float:
+        """Yaw [rad] of the finger axis (the tool site's y axis) about the vertical."""
+        R = self.data.site_xmat[self.h.tcp_site].reshape(3, 3)
+        return float(np.arctan2(R[1, 1], R[0, 1]))
+
     def tcp_position(self) -> np.ndarray:
         return self.data.site_xpos[self.h.tcp_site].copy()
 

@@ -211,7 +211,7 @@ def test_an_approach_yaw_is_turned_back_above_the_cube_before_the_grasp(offset_d
     expert.reset()
 
     def off() -> float:  # the fingers' yaw from the grasp's, degrees
-        return float(np.degrees((expert._hand_yaw() - expert._yaw + np.pi) % (2 * np.pi) - np.pi))
+        return float(np.degrees((e.finger_yaw() - expert._yaw + np.pi) % (2 * np.pi) - np.pi))
 
     at_descent, at_close, info = None, None, {}
     for _ in range(150):
