@@ -34,6 +34,11 @@ the second from a fork of the context state, in the same pass as the rollouts.  
 the frame ignores where the hand is; of the order of 1 when moving the condition moves the image as much as the true
 motion does (it cannot reach exactly 1: the cube does not teleport with the hand).
 
+**Latent** (``latent``): the same response, and one step against "repeat the last frame", in the DiT's normalised
+latent space, before the decoder: what the DiT itself learned, with no decoder (or reference head) between it and
+the measure.  ``one_step_vs_repeat_last`` is the first generated latent's squared error against the true next
+frame's latent, over the last true frame's: ~1 for a DiT that copies its context, < 1 once it predicts motion.
+
 Protocols: ``one_step`` (teacher forced: the first generated frame after true context, its pixel error against
 the true next frame beside "repeat the last frame"'s, and the share of generated frames closer to the previous
 true frame than to the next); ``rollout_4`` / ``rollout_8`` (k frames from true context, windows every
@@ -207,10 +212,11 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     independent of the batching.  ``cond_shift``: generated frame t is conditioned on the recorded state at
     ``start + t + cond_shift`` (the action response's counterfactual; 0: the true one).
 
-    With ``response_shift``, returns ``(videos, responses)``: beside each window's video, a (2, V, S, S, 3) one whose
-    frame 1 is generated from a fork of the same context state (:meth:`WorldModelState.fork`) and the same noise,
-    conditioned on the state at ``start + 1 + response_shift``: the counterfactual of ``cond_shift=response_shift``
-    without a second context pass."""
+    With ``response_shift``, returns ``(videos, responses, latent)``: beside each window's video, a (2, V, S, S, 3)
+    one whose frame 1 is generated from a fork of the same context state (:meth:`WorldModelState.fork`) and the same
+    noise, conditioned on the state at ``start + 1 + response_shift``: the counterfactual of
+    ``cond_shift=response_shift`` without a second context pass; and the same comparisons in the DiT's normalised
+    latent space, before any decoder (:data:`LATENT_TERMS`: summed squared differences per window)."""
     import torch
     from tqdm import tqdm
 
@@ -219,6 +225,7 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     latents: dict[int, Any] = {}  # episode -> its true frames' normalised latents
     out: list[np.ndarray | None] = [None] * len(windows)
     responses: list[np.ndarray | None] = [None] * len(windows)
+    latent: list[dict[str, float] | None] = [None] * len(windows)
     order = sorted(range(len(windows)), key=lambda i: (min(windows[i].start + 1, w_model), windows[i].length))
     bar = tqdm(total=len(windows), disable=not progress, desc="rollouts", unit="window")
     i = 0
@@ -261,19 +268,41 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
             if response_shift is not None:
                 fork = state.fork()
                 jumped = frames[:, :2].copy()
-                x = wm.generate(fork, row_noise(wm, generators()), cond_at(1 + response_shift))
-                jumped[:, 1] = wm.decode(x, fork.reference()).cpu().numpy()
+                x_jumped = wm.generate(fork, row_noise(wm, generators()), cond_at(1 + response_shift))
+                jumped[:, 1] = wm.decode(x_jumped, fork.reference()).cpu().numpy()
                 for j, f in zip(batch, jumped):
                     responses[j] = f
             gens = generators()
             for t in range(1, length + 1):
                 x = wm.generate(state, row_noise(wm, gens), cond_at(t + cond_shift))
                 frames[:, t] = wm.decode(x, state.reference()).cpu().numpy()
+                if t == 1 and response_shift is not None:
+                    terms = latent_terms(*(y.float().cpu() for y in (x, x_jumped, latent_at(0), latent_at(1),
+                                                                      latent_at(1 + response_shift))))
+                    for k, j in enumerate(batch):
+                        latent[j] = {name: float(v[k]) for name, v in terms.items()}
         for j, f in zip(batch, frames):
             out[j] = f
         bar.update(b)
     bar.close()
-    return out if response_shift is None else (out, responses)
+    return out if response_shift is None else (out, responses, latent)
+
+
+#: The latent comparisons of a window's first generated frame (:func:`latent_terms`), in pairs whose ratio is
+#: measured: the response (``response`` / ``true_change``) and one step against repeating the last frame
+#: (``generated`` / ``repeat_last``).
+LATENT_TERMS = ("response", "true_change", "generated", "repeat_last")
+
+
+def latent_terms(generated, jumped, last, true_next, true_far) -> dict[str, Any]:
+    """Per row (summed over views, channels and positions) the squared latent differences of :data:`LATENT_TERMS`:
+    the frame generated under the jumped condition against the one under the true condition; the true change
+    between the same two frames; the generated frame against the true next one; the last true frame against it."""
+    def sq(a, b):
+        return (a - b).pow(2).flatten(1).sum(1).numpy()
+
+    return {"response": sq(jumped, generated), "true_change": sq(true_far, true_next),
+            "generated": sq(generated, true_next), "repeat_last": sq(last, true_next)}
 
 
 # ---------------------------------------------------------------------------------------------- measuring
@@ -358,6 +387,25 @@ def action_response(episodes: Sequence[EvalEpisode], windows: Sequence[Window], 
         true_next = e.frames[w.start + 1].astype(np.float32)
         pairs.append((float(((jmp[1].astype(np.float32) - gen[1].astype(np.float32)) ** 2).mean()),
                       float(((true_far - true_next) ** 2).mean())))
+    return _phase_ratios(windows, phases, pairs, resamples)
+
+
+def latent_measures(windows: Sequence[Window], latent: Sequence[dict[str, float]], phases: Sequence[str],
+                    resamples: int = 1000) -> dict[str, Any]:
+    """The DiT's own side of the response and of one step, in its normalised latent space (no decoder between):
+    ``response`` (:func:`latent_terms`: as :func:`action_response`, ~0 when the condition changes nothing) and
+    ``one_step_vs_repeat_last`` (the first generated frame's squared error against repeating the last true frame's:
+    < 1 when the DiT predicts the next frame better than a copy), each by phase."""
+    return {"response": _phase_ratios(windows, phases, [(t["response"], t["true_change"]) for t in latent],
+                                      resamples),
+            "one_step_vs_repeat_last": _phase_ratios(windows, phases,
+                                                     [(t["generated"], t["repeat_last"]) for t in latent], resamples)}
+
+
+def _phase_ratios(windows: Sequence[Window], phases: Sequence[str], pairs: Sequence[tuple[float, float]],
+                  resamples: int) -> dict[str, Any]:
+    """Per phase (and ``all``) the ratio of sums of each window's (numerator, denominator), summed per episode first,
+    with its 95% bootstrap interval over episodes."""
     out = {}
     for phase in ("all", *PHASES):
         keep = [i for i, p in enumerate(phases) if phase == "all" or p == phase]
@@ -498,16 +546,16 @@ def evaluate(wm, episodes: Sequence[EvalEpisode], probe, scene: str, *, seed: in
     from ..common.heldout import open_loop_recorded
 
     plan = plan_windows(episodes)
-    rollouts, jumped = rollouts_from_truth(wm, episodes, plan["rollout"], seed=seed, batch_size=batch_size,
-                                           progress=progress, response_shift=RESPONSE_JUMP - 1)
+    rollouts, jumped, latent = rollouts_from_truth(wm, episodes, plan["rollout"], seed=seed, batch_size=batch_size,
+                                                   progress=progress, response_shift=RESPONSE_JUMP - 1)
     round_trips: dict[int, np.ndarray] = {}
     report: dict[str, Any] = {}
     one_win, one_vid = truncate(plan["rollout"], rollouts, 1)
     phases = [window_phase(episodes[w.episode], w.start, w.length) for w in one_win]
     report["one_step"] = aggregate_one_step(phases, one_step_errors(episodes, one_win, one_vid))
-    report["response"] = action_response(
-        episodes, one_win, one_vid, jumped,
-        [window_phase(episodes[w.episode], w.start, RESPONSE_JUMP) for w in one_win], resamples)
+    response_phases = [window_phase(episodes[w.episode], w.start, RESPONSE_JUMP) for w in one_win]
+    report["response"] = action_response(episodes, one_win, one_vid, jumped, response_phases, resamples)
+    report["latent"] = latent_measures(one_win, latent, response_phases, resamples)
     for k in HORIZONS:
         wins, vids = truncate(plan["rollout"], rollouts, k)
         report[f"rollout_{k}"] = measure_protocol(wm, episodes, wins, vids, probe, scene, round_trips, resamples,
@@ -551,6 +599,8 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         "object_carry_8": get("rollout_8", "generated", "carry", "object", "ratio"),
         "object_onset": get("onset", "generated", "all", "object", "ratio"),
         "action_response": get("response", "all", "ratio"),
+        "latent_response": get("latent", "response", "all", "ratio"),
+        "latent_one_step_vs_repeat_last": get("latent", "one_step_vs_repeat_last", "all", "ratio"),
         "one_step_mse_generated": get("one_step", "all", "mse_generated"),
         "one_step_mse_repeat_last": get("one_step", "all", "mse_repeat_last"),
     }
@@ -732,15 +782,16 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         pts = report["curve"]
         xs = [p["step"] if p["step"] is not None else i for i, p in enumerate(pts)]
         for key, style in (("arm_carry_8", "o-"), ("arm_reach_8", "s--"), ("object_carry_8", "^-"),
-                           ("object_onset", "v:"), ("action_response", "d-.")):
+                           ("object_onset", "v:"), ("action_response", "d-."), ("latent_response", "x-."),
+                           ("latent_one_step_vs_repeat_last", "+:")):
             ys = [np.nan if p.get(key) is None else p[key] for p in pts]
             ax.plot(xs, ys, style, label=key)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_xlabel("training step" if all(p["step"] is not None for p in pts) else "kept model")
-        ax.set_ylabel("follow ratio / action response")
+        ax.set_ylabel("follow ratio / response / latent step error")
         ax.set_title(f"Following while training: {report['run']}", fontsize=10)
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=5, frameon=False)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=4, frameon=False)
     else:
         protos = report["protocols"]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -783,11 +834,12 @@ def format_report(report: dict[str, Any]) -> str:
     lines = []
     if "curve" in report:
         lines.append(f"{'model':40s} {'step':>7s} {'arm carry':>9s} {'arm reach':>9s} {'obj carry':>9s} "
-                     f"{'onset':>6s} {'response':>8s}")
+                     f"{'onset':>6s} {'response':>8s} {'latent response':>15s} {'latent step/repeat':>18s}")
         for p in report["curve"]:
             lines.append(f"{p['label'][:40]:40s} {str(p['step']):>7s} {f(p['arm_carry_8']):>9s} "
                          f"{f(p['arm_reach_8']):>9s} {f(p['object_carry_8']):>9s} {f(p['object_onset']):>6s} "
-                         f"{f(p.get('action_response')):>8s}")
+                         f"{f(p.get('action_response')):>8s} {f(p.get('latent_response')):>15s} "
+                         f"{f(p.get('latent_one_step_vs_repeat_last')):>18s}")
         return "\n".join(lines)
     protos = report["protocols"]
     lines.append(f"{report['checkpoint']} on {report['data']} ({report['episodes']} episodes)")
@@ -799,6 +851,11 @@ def format_report(report: dict[str, Any]) -> str:
                              f"{f(e['arm_exterior_image_2']['ratio']):>8s} {f(e['object']['ratio']):>8s}")
     for phase, e in protos.get("response", {}).items():
         lines.append(f"action response, {phase:14s} {f(e['ratio'])}  (0: ignores where the hand is)")
+    latent = protos.get("latent", {})
+    for phase, e in latent.get("response", {}).items():
+        step = latent["one_step_vs_repeat_last"][phase]["ratio"]
+        lines.append(f"latent, {phase:14s} response {f(e['ratio'])}  one step / repeat-last {f(step)}  "
+                     "(the DiT alone, before the decoder)")
     for phase, e in protos["one_step"].items():
         lines.append(f"one step, {phase:14s} MSE generated {e['mse_generated']:7.1f}  repeat-last "
                      f"{e['mse_repeat_last']:7.1f}  closer to previous {e['share_closer_to_previous']:.0%}")

@@ -123,6 +123,8 @@ def test_action_response_is_zero_when_the_condition_changes_nothing_and_one_for_
 
 
 def test_the_counterfactual_rollout_is_conditioned_on_the_later_state(tiny_checkpoint, legible_split):
+    import torch
+
     from benchmarks.common.heldout import load_split
     from neuralsim.envs.neural_droid import load_world_model
 
@@ -138,9 +140,32 @@ def test_the_counterfactual_rollout_is_conditioned_on_the_later_state(tiny_check
     # one pass: the counterfactual from a fork of the context state is the second pass's frame, and the fork
     # leaves the true continuation as it was
     longer = [D.Window(w.episode, w.start, 3, w.protocol) for w in wins]
-    videos, responses = D.rollouts_from_truth(wm, eps, longer, seed=1, response_shift=D.RESPONSE_JUMP - 1)
+    videos, responses, latent = D.rollouts_from_truth(wm, eps, longer, seed=1, response_shift=D.RESPONSE_JUMP - 1)
     assert all(np.array_equal(r, j) for r, j in zip(responses, jumped))
     assert all(np.array_equal(v, x) for v, x in zip(videos, D.rollouts_from_truth(wm, eps, longer, seed=1)))
+    # the latent terms: the true change and repeat-last come from the encoded true frames, the generated frames'
+    # from the DiT; a response in pixels needs one in latents
+    for w, t in zip(longer, latent):
+        e = eps[w.episode]
+        z = wm.encode(torch.from_numpy(e.frames[[w.start, w.start + 1, w.start + D.RESPONSE_JUMP]])).float()
+        assert t["true_change"] == pytest.approx(float((z[2] - z[1]).pow(2).sum()), rel=1e-4)
+        assert t["repeat_last"] == pytest.approx(float((z[0] - z[1]).pow(2).sum()), rel=1e-4)
+        assert t["generated"] > 0
+    assert any(t["response"] > 0 for t in latent)
+
+
+def test_latent_measures_read_a_copying_dit_as_one_and_a_blind_one_as_zero(legible_episodes):
+    wins = [D.Window(0, t, 1, "rollout") for t in (8, 16, 24)] + [D.Window(1, t, 1, "rollout") for t in (8, 16)]
+    phases = ["reach", "carry", "carry", "reach", "idle"]
+    copying = [{"response": 0.0, "true_change": 2.0, "generated": 3.0, "repeat_last": 3.0} for _ in wins]
+    m = D.latent_measures(wins, copying, phases, resamples=50)
+    assert m["response"]["all"]["ratio"] == 0.0
+    assert m["one_step_vs_repeat_last"]["all"]["ratio"] == pytest.approx(1.0)
+    assert m["response"]["carry"]["windows"] == 2 and m["response"]["all"]["episodes"] == 2
+    following = [{"response": 2.0, "true_change": 2.0, "generated": 0.3, "repeat_last": 3.0} for _ in wins]
+    m = D.latent_measures(wins, following, phases, resamples=50)
+    assert m["response"]["all"]["ratio"] == pytest.approx(1.0)
+    assert m["one_step_vs_repeat_last"]["idle"]["ratio"] == pytest.approx(0.1)
 
 
 def test_a_quick_run_writes_the_report_and_its_plot(tiny_checkpoint, heldout_split, tmp_path, capsys):
@@ -156,6 +181,8 @@ def test_a_quick_run_writes_the_report_and_its_plot(tiny_checkpoint, heldout_spl
     assert protos["one_step"]["all"]["mse_repeat_last"] >= 0
     assert "arm_carry_8" in report["headline"]
     assert report["headline"]["action_response"] >= 0
+    assert report["headline"]["latent_response"] >= 0 and report["headline"]["latent_one_step_vs_repeat_last"] > 0
+    assert protos["latent"]["response"]["all"]["windows"] == protos["response"]["all"]["windows"]
     assert protos["response"]["all"]["windows"] == protos["one_step"]["all"]["frames"]
     assert "rollout_8" in capsys.readouterr().out
 
