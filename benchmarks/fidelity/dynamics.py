@@ -541,11 +541,15 @@ def measure_protocol(wm, episodes, windows, generated, probe, scene, round_trips
 
 def evaluate(wm, episodes: Sequence[EvalEpisode], probe, scene: str, *, seed: int = 0, batch_size: int = 16,
              resamples: int = 1000, open_loop: bool = True, progress: bool = False,
-             sources: Sequence[str] = SOURCES) -> dict[str, Any]:
-    """Every protocol of the module docstring on ``episodes``; the report's ``protocols`` section."""
+             sources: Sequence[str] = SOURCES, response_only: bool = False) -> dict[str, Any]:
+    """Every protocol of the module docstring on ``episodes``; the report's ``protocols`` section.
+    ``response_only``: only what the first generated frame of each window gives (one step, the action response, the
+    latent measures), a fraction of the cost: the early signal of a learning curve."""
     from ..common.heldout import open_loop_recorded
 
     plan = plan_windows(episodes)
+    if response_only:
+        plan["rollout"] = [Window(w.episode, w.start, 1, w.protocol) for w in plan["rollout"]]
     rollouts, jumped, latent = rollouts_from_truth(wm, episodes, plan["rollout"], seed=seed, batch_size=batch_size,
                                                    progress=progress, response_shift=RESPONSE_JUMP - 1)
     round_trips: dict[int, np.ndarray] = {}
@@ -556,6 +560,8 @@ def evaluate(wm, episodes: Sequence[EvalEpisode], probe, scene: str, *, seed: in
     response_phases = [window_phase(episodes[w.episode], w.start, RESPONSE_JUMP) for w in one_win]
     report["response"] = action_response(episodes, one_win, one_vid, jumped, response_phases, resamples)
     report["latent"] = latent_measures(one_win, latent, response_phases, resamples)
+    if response_only:
+        return report
     for k in HORIZONS:
         wins, vids = truncate(plan["rollout"], rollouts, k)
         report[f"rollout_{k}"] = measure_protocol(wm, episodes, wins, vids, probe, scene, round_trips, resamples,
@@ -627,6 +633,8 @@ class Config:
     """Bootstrap resamples of each interval."""
     open_loop: bool = True
     """Also the open loop from frame 0 (not in a curve)."""
+    response_only: bool = False
+    """Only the first generated frame of each window: one step, the action response and the latent measures."""
     quick: bool = False
     """A smoke run: QUICK_EPISODES episodes, no open loop, 200 resamples, ``dynamics_quick.json``."""
     threads: int | None = None
@@ -728,13 +736,13 @@ def run(cfg: Config) -> dict[str, Any]:
         raise ValueError(f"{cfg.data} holds {data_scene(cfg.data)}-scene episodes, the world model is trained on the "
                          f"{scene} scene: measure it on a split of its own scene")
     episodes = load_episodes(cfg, first.config.autoencoder.image_size)
-    probe = load_probe(cfg, scene)
+    probe = None if cfg.response_only else load_probe(cfg, scene)
     t0 = time.perf_counter()
     report: dict[str, Any] = {
         "benchmark": "dynamics", "data": cfg.data, "episodes": len(episodes), "scene": scene, "seed": cfg.seed,
         "protocol": {"stride": STRIDE, "horizons": list(HORIZONS), "onset_frames": ONSET_FRAMES, "idle_m": IDLE_M,
                      "min_motion": MIN_MOTION, "response_jump": RESPONSE_JUMP, "conditioning": "recorded",
-                     "resamples": resamples,
+                     "resamples": resamples, "response_only": cfg.response_only,
                      "probe": None if probe is None else cfg.probe},
     }
     if cfg.checkpoint:
@@ -742,7 +750,7 @@ def run(cfg: Config) -> dict[str, Any]:
         report["window"] = first.config.window
         report["protocols"] = evaluate(first, episodes, probe, scene, seed=cfg.seed, batch_size=cfg.batch_size,
                                        resamples=resamples, open_loop=cfg.open_loop and not cfg.quick,
-                                       progress=cfg.progress)
+                                       progress=cfg.progress, response_only=cfg.response_only)
         report["headline"] = headline(report["protocols"])
     else:
         report["run"] = cfg.curve
@@ -756,7 +764,7 @@ def run(cfg: Config) -> dict[str, Any]:
             log.info("curve: %s (step %s)", label, step)
             protocols = evaluate(wm, episodes, probe, scene, seed=cfg.seed, batch_size=cfg.batch_size,
                                  resamples=resamples, open_loop=False, progress=cfg.progress,
-                                 sources=("generated",))
+                                 sources=("generated",), response_only=cfg.response_only)
             points.append({"checkpoint": str(path), "label": label, "step": step, **headline(protocols)})
         report["curve"] = points
     report["seconds"] = round(time.perf_counter() - t0, 1)
@@ -792,6 +800,22 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         ax.set_ylabel("follow ratio / response / latent step error")
         ax.set_title(f"Following while training: {report['run']}", fontsize=10)
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=4, frameon=False)
+    elif "rollout_8" not in report["protocols"]:  # --response-only
+        fig, ax = plt.subplots(figsize=(7, 4))
+        protos = report["protocols"]
+        phases = [ph for ph in ("all", *PHASES) if ph in protos["response"]]
+        series = (("action response (pixels)", protos["response"]),
+                  ("latent response", protos["latent"]["response"]),
+                  ("latent one step / repeat-last", protos["latent"]["one_step_vs_repeat_last"]))
+        for j, (label, entries) in enumerate(series):
+            ax.bar(np.arange(len(phases)) + j * 0.27, [entries[ph]["ratio"] or 0.0 for ph in phases], 0.27,
+                   label=label)
+        ax.set_xticks(np.arange(len(phases)) + 0.27)
+        ax.set_xticklabels(phases)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_ylabel("ratio")
+        ax.set_title(f"First frame from true context: {report.get('checkpoint', '')}", fontsize=9)
+        ax.legend(fontsize=8, frameon=False)
     else:
         protos = report["protocols"]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
@@ -831,6 +855,9 @@ def format_report(report: dict[str, Any]) -> str:
     def f(x):
         return "   -  " if x is None else f"{x:6.2f}"
 
+    def r(x):  # a response: 0.0023 and 0.0001 differ by 20x
+        return "   -  " if x is None else f"{x:6.4f}"
+
     lines = []
     if "curve" in report:
         lines.append(f"{'model':40s} {'step':>7s} {'arm carry':>9s} {'arm reach':>9s} {'obj carry':>9s} "
@@ -838,7 +865,7 @@ def format_report(report: dict[str, Any]) -> str:
         for p in report["curve"]:
             lines.append(f"{p['label'][:40]:40s} {str(p['step']):>7s} {f(p['arm_carry_8']):>9s} "
                          f"{f(p['arm_reach_8']):>9s} {f(p['object_carry_8']):>9s} {f(p['object_onset']):>6s} "
-                         f"{f(p.get('action_response')):>8s} {f(p.get('latent_response')):>15s} "
+                         f"{r(p.get('action_response')):>8s} {r(p.get('latent_response')):>15s} "
                          f"{f(p.get('latent_one_step_vs_repeat_last')):>18s}")
         return "\n".join(lines)
     protos = report["protocols"]
@@ -850,11 +877,11 @@ def format_report(report: dict[str, Any]) -> str:
                 lines.append(f"{name:10s} {source:11s} {phase:14s} {f(e['arm_exterior_image_1']['ratio']):>8s} "
                              f"{f(e['arm_exterior_image_2']['ratio']):>8s} {f(e['object']['ratio']):>8s}")
     for phase, e in protos.get("response", {}).items():
-        lines.append(f"action response, {phase:14s} {f(e['ratio'])}  (0: ignores where the hand is)")
+        lines.append(f"action response, {phase:14s} {r(e['ratio'])}  (0: ignores where the hand is)")
     latent = protos.get("latent", {})
     for phase, e in latent.get("response", {}).items():
         step = latent["one_step_vs_repeat_last"][phase]["ratio"]
-        lines.append(f"latent, {phase:14s} response {f(e['ratio'])}  one step / repeat-last {f(step)}  "
+        lines.append(f"latent, {phase:14s} response {r(e['ratio'])}  one step / repeat-last {f(step)}  "
                      "(the DiT alone, before the decoder)")
     for phase, e in protos["one_step"].items():
         lines.append(f"one step, {phase:14s} MSE generated {e['mse_generated']:7.1f}  repeat-last "
@@ -875,6 +902,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=Config.batch_size)
     p.add_argument("--resamples", type=int, default=Config.resamples, help="bootstrap resamples (default 1000)")
     p.add_argument("--no-open-loop", action="store_true", help="skip the open loop from frame 0")
+    p.add_argument("--response-only", action="store_true",
+                   help="only the first generated frame of each window: one step, the action response and the latent "
+                        "measures (a cheap learning curve; no follow ratios)")
     p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_EPISODES} episodes, dynamics_quick.json")
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--out", help=out_help("dynamics") + "; a PNG is written beside it")
@@ -888,7 +918,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(checkpoint=args.checkpoint, curve=args.curve, data=args.data,
                  max_episodes=None if args.quick and args.max_episodes == Config.max_episodes else args.max_episodes,
                  probe=None if args.no_probe else args.probe, seed=args.seed, batch_size=args.batch_size,
-                 resamples=args.resamples, open_loop=not args.no_open_loop, quick=args.quick, threads=args.threads,
+                 resamples=args.resamples, open_loop=not args.no_open_loop, response_only=args.response_only,
+                 quick=args.quick, threads=args.threads,
                  out=args.out, progress=not args.no_progress)
     try:
         report = run(cfg)

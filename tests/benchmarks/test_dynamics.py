@@ -229,3 +229,27 @@ def test_a_curve_measures_every_snapshot_once(heldout_split, tmp_path, monkeypat
     monkeypatch.setattr(D, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert D.main(args) == 0
     assert calls == [] and json.loads(out.read_text())["curve"] == first
+
+
+def test_a_response_only_curve_measures_the_first_frame_of_every_kept_model(tiny_checkpoint, heldout_split, tmp_path,
+                                                                             capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    for step in (250, 500):
+        shutil.copytree(tiny_checkpoint, run / "snapshots" / f"step_{step:07d}")
+    out = tmp_path / "curve.json"
+    assert D.main(["--curve", str(run), "--data", str(heldout_split), "--max-episodes", "2", "--response-only",
+                   "--no-progress", "--resamples", "50", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [p["step"] for p in report["curve"]] == [250, 500]
+    for p in report["curve"]:
+        assert p["latent_response"] >= 0 and p["latent_one_step_vs_repeat_last"] > 0 and p["action_response"] >= 0
+        assert p["arm_carry_8"] is None  # no rollouts beyond the first frame
+    assert report["protocol"]["response_only"] is True
+    assert "latent response" in capsys.readouterr().out
+    single = tmp_path / "single.json"
+    assert D.main(["--checkpoint", str(tiny_checkpoint), "--data", str(heldout_split), "--max-episodes", "2",
+                   "--response-only", "--no-progress", "--resamples", "50", "--out", str(single)]) == 0
+    protos = json.loads(single.read_text())["protocols"]
+    assert set(protos) == {"one_step", "response", "latent"}
