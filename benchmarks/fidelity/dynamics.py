@@ -216,7 +216,7 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     one whose frame 1 is generated from a fork of the same context state (:meth:`WorldModelState.fork`) and the same
     noise, conditioned on the state at ``start + 1 + response_shift``: the counterfactual of
     ``cond_shift=response_shift`` without a second context pass; and the same comparisons in the DiT's normalised
-    latent space, before any decoder (:data:`LATENT_TERMS`: summed squared differences per window)."""
+    latent space, before any decoder (:func:`latent_terms`: summed squared differences per window)."""
     import torch
     from tqdm import tqdm
 
@@ -288,16 +288,11 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     return out if response_shift is None else (out, responses, latent)
 
 
-#: The latent comparisons of a window's first generated frame (:func:`latent_terms`), in pairs whose ratio is
-#: measured: the response (``response`` / ``true_change``) and one step against repeating the last frame
-#: (``generated`` / ``repeat_last``).
-LATENT_TERMS = ("response", "true_change", "generated", "repeat_last")
-
-
 def latent_terms(generated, jumped, last, true_next, true_far) -> dict[str, Any]:
-    """Per row (summed over views, channels and positions) the squared latent differences of :data:`LATENT_TERMS`:
-    the frame generated under the jumped condition against the one under the true condition; the true change
-    between the same two frames; the generated frame against the true next one; the last true frame against it."""
+    """Per row (summed over views, channels and positions) the squared latent differences whose ratios
+    :func:`latent_measures` reads: ``response``, the frame generated under the jumped condition against the one under
+    the true condition, over ``true_change``, between the same two true frames; ``generated``, the generated frame
+    against the true next one, over ``repeat_last``, the last true frame against it."""
     def sq(a, b):
         return (a - b).pow(2).flatten(1).sum(1).numpy()
 
