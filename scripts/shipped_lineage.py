@@ -18,19 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from neuralsim.world_model.checkpoint import recorded_dit_steps
+
 ASSET = "neuralsim/assets/world_model"
 
 
 def git(*args: str, binary: bool = False):
     out = subprocess.run(["git", *args], check=True, capture_output=True)
     return out.stdout if binary else out.stdout.decode()
-
-
-def dit_steps(config: dict) -> int | None:
-    """Diffusion Forcing plus Step Forcing steps the config's recipe records (None: it records neither)."""
-    recipe = config.get("recipe") or {}
-    parts = [recipe.get("dit_diffusion_forcing_steps"), recipe.get("dit_step_forcing_steps")]
-    return None if all(p is None for p in parts) else sum(p or 0 for p in parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if f"{ASSET}/config.json" not in files:
             continue
         config = json.loads(git("show", f"{commit}:{ASSET}/config.json"))
-        step = dit_steps(config)
+        step = recorded_dit_steps(config)
         if step is None or step in seen:
             continue
         seen.add(step)

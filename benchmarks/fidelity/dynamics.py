@@ -48,9 +48,9 @@ frames: the tracker's and probe's floor), ``round_trip`` (the true frames throug
 perfect DiT could reach) and ``repeat_last`` (the last context frame held: 0 by construction).
 
 ``--curve RUN_DIR`` measures every model a training run kept (``snapshots/step_*`` from ``neuralsim train
---snapshot-every N``, its ``model/``, and for a recipe's output every stage's ``model/``) with the rollout
-protocols, and plots the carry-phase ratios against the training step: whether a run is learning to follow its
-actions is visible after the first snapshots, not at the end.
+--snapshot-every N``, its ``model/``, and for a recipe's output every stage's snapshots and ``model/``, each at the
+DiT steps of its whole history) with the rollout protocols, and plots the carry-phase ratios against the training
+step: whether a run is learning to follow its actions is visible after the first snapshots, not at the end.
 """
 
 from __future__ import annotations
@@ -665,8 +665,9 @@ def load_probe(cfg: Config, scene: str):
 
 def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]:
     """(label, training step, directory) of every model a run kept, in training order: its snapshots by step, then
-    its ``model/``; a recipe's output: every stage's (in the order the stages finished)."""
-    from neuralsim.world_model.checkpoint import find_checkpoint, list_snapshots, read_trainer
+    its ``model/``; a recipe's output: every stage's (in the order the stages finished), each model at the DiT steps
+    its config records over its whole history, so that the stages of one run share one axis."""
+    from neuralsim.world_model.checkpoint import find_checkpoint, list_snapshots, read_trainer, recorded_dit_steps
 
     root = Path(run_dir)
     if not root.is_dir():
@@ -689,7 +690,8 @@ def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]
                         key=lambda d: ((d / "done.json").stat().st_mtime if (d / "done.json").is_file()
                                        else float("inf"), d.name))
         for d in stages:
-            found += of_run(d, f"{d.name}/")
+            found += [(label, recorded_dit_steps(json.loads((path / "config.json").read_text())), path)
+                      for label, _, path in of_run(d, f"{d.name}/")]
     if not found:
         raise FileNotFoundError(f"{str(root)!r} holds no kept model (snapshots/step_*, model/, or stages with model/); "
                                 "train with --snapshot-every N to keep some")

@@ -117,6 +117,14 @@ def list_snapshots(out: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def recorded_dit_steps(config: dict) -> int | None:
+    """The DiT steps (Diffusion plus Step Forcing) a model's ``config.json`` (as a dict) records over its whole
+    history; None when it records neither (a model whose DiT was never trained by a recorded stage)."""
+    recipe = config.get("recipe") or {}
+    parts = [recipe.get("dit_diffusion_forcing_steps"), recipe.get("dit_step_forcing_steps")]
+    return None if all(p is None for p in parts) else sum(p or 0 for p in parts)
+
+
 def find_checkpoint(out: Path) -> Path | None:
     """``out/checkpoint`` (or ``checkpoint.old``, left by a run killed mid-write) if it holds a trainer state."""
     for name in ("checkpoint", "checkpoint.old"):

@@ -421,3 +421,17 @@ def test_snapshot_every_keeps_the_models_a_learning_curve_reads(tmp_path):
                                                                            ("step_6", 6)]
     with pytest.raises(ValueError, match="snapshot_every"):
         TrainConfig(snapshot_every=-1)
+
+
+def test_a_curve_over_a_recipes_stages_puts_each_model_at_its_total_dit_steps(tmp_path):
+    """A recipe's output holds one run per stage, each counting its own steps from 1; the curve places every kept
+    model at the DiT steps of its whole history, so Step Forcing's points follow Diffusion Forcing's."""
+    from benchmarks.fidelity.dynamics import curve_checkpoints
+
+    root = tmp_path / "recipe_out"
+    train(_cfg(root / "diffusion_forcing", objective="diffusion_forcing", steps=4, snapshot_every=2))
+    (root / "diffusion_forcing" / "done.json").write_text("{}")  # the recipe marks a finished stage
+    train(_cfg(root / "step_forcing", steps=4, snapshot_every=2, init_from=str(root / "diffusion_forcing" / "model")))
+    got = [(label, step) for label, step, _ in curve_checkpoints(root)]
+    assert got == [("diffusion_forcing/step_2", 2), ("diffusion_forcing/step_4", 4), ("step_forcing/step_2", 6),
+                   ("step_forcing/step_4", 8)]
