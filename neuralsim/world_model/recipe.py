@@ -12,7 +12,8 @@ A recipe is a YAML file of four sections (``recipes/default.yaml`` is the shippe
   :func:`neuralsim.data.generate.generate` (``episodes``, ``seed``, ``actor`` ...);
 * ``stages`` -- name -> :class:`~neuralsim.world_model.train.TrainConfig` fields, with ``data`` a list of set
   names; they run in order, each from the previous one's model (the first from ``OUT/init``, the ``model``
-  section's, its weights drawn from the first stage's ``seed``), each in ``OUT/<name>``;
+  section's, its weights drawn from the first stage's ``seed``), each in ``OUT/<name>``; ``repeat: K`` makes a
+  stage K identical parts ``<name>_1`` ... ``<name>_K`` in a row (a long budget in session-sized parts);
 * ``ship`` -- :class:`~neuralsim.world_model.edit.EditConfig` fields applied to the last stage's model, written to
   ``OUT/final``.
 
@@ -62,6 +63,7 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(recipe) - set(SECTIONS))
     if unknown or "stages" not in recipe:
         raise ValueError(f"recipe {path}: sections are {SECTIONS} (stages required), got {sorted(recipe)}")
+    recipe["stages"] = _expand_repeats(path, recipe["stages"] or {})
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     sets = (recipe.get("data") or {}).get("sets") or {}
     for name, spec in recipe["stages"].items():
@@ -74,6 +76,24 @@ def load_recipe(path: str | Path) -> dict[str, Any]:
             raise ValueError(f"recipe {path}, stage {name!r}: data must list data sets of the data section "
                              f"{sorted(sets)}; got {spec.get('data')!r}")
     return recipe
+
+
+def _expand_repeats(path: Path, stages: dict) -> dict:
+    """Stages with ``repeat: K`` become K identical stages ``NAME_1`` ... ``NAME_K`` (zero-padded to K's width),
+    each continuing the one before: a long budget in parts that each end inside a working session."""
+    out: dict = {}
+    for name, spec in stages.items():
+        spec = dict(spec or {})
+        repeat = spec.pop("repeat", None)
+        if repeat is not None and (isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1):
+            raise ValueError(f"recipe {path}, stage {name!r}: repeat must be a whole number >= 1, got {repeat!r}")
+        width = len(str(repeat or 1))
+        names = [name] if repeat is None else [f"{name}_{i:0{width}d}" for i in range(1, repeat + 1)]
+        for part in names:
+            if part in out or (part != name and part in stages):
+                raise ValueError(f"recipe {path}: stage {part!r} is named twice (stage {name!r} repeats into it)")
+            out[part] = dict(spec)
+    return out
 
 
 def stage_configs(recipe: dict, out: Path, options: dict) -> list[tuple[str, Any]]:

@@ -95,6 +95,32 @@ def test_a_recipe_is_checked_before_anything_runs(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_repeated_stage_runs_as_parts_that_continue_one_another(tmp_path):
+    recipe = yaml.safe_load(tiny_recipe(tmp_path).read_text())
+    recipe["stages"] = {"autoencoder": recipe["stages"]["autoencoder"],
+                        "step_forcing": {**recipe["stages"]["step_forcing"], "repeat": 3}}
+    path = tmp_path / "repeat.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    assert list(load_recipe(path)["stages"]) == ["autoencoder", "step_forcing_1", "step_forcing_2", "step_forcing_3"]
+    out = tmp_path / "run"
+    assert main(["train", "--recipe", str(path), "--out", str(out), "--no-progress", "--num-threads", "1"]) == 0
+    final = WorldModel.from_pretrained(out / "final")
+    assert final.config.recipe["dit_step_forcing_steps"] == 6  # three parts of 2 steps, each from the one before
+    first = WorldModel.from_pretrained(out / "step_forcing_1" / "model").state_dict()
+    last = WorldModel.from_pretrained(out / "step_forcing_3" / "model").state_dict()
+    assert any(not torch.equal(first[k], last[k]) for k in first if k.startswith("dit."))
+    for bad in (0, 1.5, True, "2"):
+        recipe["stages"]["step_forcing"]["repeat"] = bad
+        path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+        with pytest.raises(ValueError, match="stage 'step_forcing': repeat must be a whole number >= 1"):
+            load_recipe(path)
+    recipe["stages"]["step_forcing"]["repeat"] = 2
+    recipe["stages"]["step_forcing_2"] = dict(recipe["stages"]["autoencoder"])
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    with pytest.raises(ValueError, match="stage 'step_forcing_2' is named twice"):
+        load_recipe(path)
+
+
 def test_the_legible_recipe_trains_the_same_stages_on_legible_data(tmp_path):
     from neuralsim.world_model.recipe import make_data
 
