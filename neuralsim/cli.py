@@ -339,7 +339,31 @@ def dataset_info(root: str) -> str:
         lines.append(f"  generation: {json.dumps(info['generation'])}")
     if records:
         lines += summarise(records, root).format().splitlines()[1:]
+        lines += _contact_lines(root, records)
     return "\n".join(lines)
+
+
+def _contact_lines(root: str, records: list[dict]) -> list[str]:
+    """Frames by contact phase and the episodes with a grasp and a release, from the ground-truth columns (none for
+    a dataset without them): how much carrying a model trained on the set sees."""
+    from .data.reader import CONTACT_PHASES, read_object_state
+
+    counts = dict.fromkeys(CONTACT_PHASES, 0)
+    grasps = releases = 0
+    for record in records:
+        state = read_object_state(root, record)
+        if state is None:
+            return []
+        phases = state.contact_phases()
+        for name in CONTACT_PHASES:
+            counts[name] += int((phases == name).sum())
+        holding = state.held >= 0
+        grasps += bool(holding.any())
+        releases += bool((holding[:-1] & ~holding[1:]).any())
+    total = max(1, sum(counts.values()))
+    shares = ", ".join(f"{name} {n} ({100 * n / total:.1f}%)" for name, n in counts.items())
+    return [f"  frames by contact     {shares}",
+            f"  grasps and releases   {grasps}/{len(records)} episodes hold a cube, {releases} let one go"]
 
 
 # ----------------------------------------------------------------------------- train

@@ -220,6 +220,18 @@ class ObjectState:
         """The same objects over a slice of the frames."""
         return ObjectState(list(self.names), self.pose[frames], self.held[frames], self.touched[frames])
 
+    def contact_phases(self) -> np.ndarray:
+        """(T,) the contact phase of each frame (:data:`CONTACT_PHASES`): ``carry`` while a cube is held between
+        both fingers, ``contact`` while one touches the robot otherwise (a push, a grasp closing), ``after`` once
+        every contact has ended, ``before`` until the first one."""
+        holding, touching = self.held >= 0, self.touched >= 0
+        contact_so_far = np.logical_or.accumulate(holding | touching) if len(holding) else holding
+        return np.select([holding, touching, contact_so_far], ["carry", "contact", "after"], "before")
+
+
+#: The labels of :meth:`ObjectState.contact_phases`, in the order a pick goes through them.
+CONTACT_PHASES = ("before", "contact", "carry", "after")
+
 
 #: Parquet columns of :class:`ObjectState`.
 OBJECT_STATE_COLUMNS = ("ground_truth.object_pose", "ground_truth.held_object", "ground_truth.touched_object")

@@ -794,3 +794,25 @@ def test_a_dataset_without_object_state_still_reads(dataset, tmp_path):
     ep = load_episode(old, recs[0])
     assert ep.objects is None and len(ep) == recs[0]["length"]
     assert load_episode(old, recs[1]).objects is not None  # the other episode kept its columns
+
+
+def test_contact_phases_and_the_carrying_a_dataset_holds(dataset, capsys):
+    """Each frame's contact phase follows a pick's order; ``neuralsim data info`` counts them over the dataset."""
+    from neuralsim.cli import main
+    from neuralsim.data.reader import ObjectState, read_object_state
+
+    held = np.array([-1, -1, -1, 0, 0, -1, -1, -1])
+    touched = np.array([-1, -1, 0, 0, 0, 0, -1, 1])
+    state = ObjectState(["a", "b"], np.zeros((8, 2, 7), np.float32), held, touched)
+    assert state.contact_phases().tolist() == ["before", "before", "contact", "carry", "carry", "contact", "after",
+                                               "contact"]
+    assert state[:0].contact_phases().tolist() == []
+
+    assert main(["data", "info", str(dataset)]) == 0
+    out = capsys.readouterr().out
+    recs = list_episodes(dataset)
+    phases = np.concatenate([read_object_state(dataset, r).contact_phases() for r in recs])
+    carry = int((phases == "carry").sum())
+    assert f"carry {carry} ({100 * carry / len(phases):.1f}%)" in out
+    holds = sum(bool((read_object_state(dataset, r).held >= 0).any()) for r in recs)
+    assert f"{holds}/{len(recs)} episodes hold a cube" in out
