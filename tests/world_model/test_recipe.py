@@ -17,6 +17,7 @@ from neuralsim.world_model.recipe import load_recipe
 
 DEFAULT = Path(__file__).resolve().parents[2] / "neuralsim" / "world_model" / "recipes" / "default.yaml"
 LEGIBLE = DEFAULT.with_name("legible.yaml")
+GROUNDED = DEFAULT.with_name("legible_grounded.yaml")
 
 
 def tiny_recipe(tmp_path: Path) -> Path:
@@ -169,6 +170,39 @@ def test_the_legible_recipe_trains_the_same_stages_on_legible_data(tmp_path):
     with pytest.raises(ValueError, match="mixes SimDROID scenes"):
         main(["--verbose", "train", "--stage", "autoencoder", "--config", "tiny", "--data", f"{data},{classic}",
               "--out", str(tmp_path / "mixed"), "--steps", "1", "--no-progress"])
+
+
+def test_the_grounded_recipe_trains_the_chosen_design_on_the_legible_data_at_the_shipped_budget(tmp_path):
+    recipe, legible, default = load_recipe(GROUNDED), load_recipe(LEGIBLE), load_recipe(DEFAULT)
+    assert recipe["data"] == legible["data"]
+
+    def steps(r: dict, objective: str, sets: int) -> int:  # Step Forcing on the expert (1 set) or the mix (3)
+        return sum(s["steps"] for s in r["stages"].values()
+                   if s.get("objective") == objective and len(s["data"]) == sets)
+
+    for objective, sets in (("diffusion_forcing", 1), ("step_forcing", 1), ("step_forcing", 3)):
+        assert steps(recipe, objective, sets) == steps(default, objective, sets) > 0, (objective, sets)
+    names = list(recipe["stages"])
+    assert names[:3] == ["autoencoder", "diffusion_forcing", "step_forcing_01"]
+    assert [n for n in names if n.startswith("decoder") or n == "reference_head"] == \
+        [n for n in legible["stages"] if n.startswith("decoder") or n == "reference_head"]
+
+    # its model section from scratch: grounded through the legible cameras, Fourier features fitted by the first
+    # DiT stage
+    sets = recipe["data"]["sets"]
+    recipe["model"] = {**recipe["model"], "preset": "tiny"}
+    recipe["data"] = {"root": str(tmp_path / "data"), "workers": 1,
+                      "sets": {name: {**spec, "episodes": 1, "max_steps": 14} for name, spec in sets.items()}}
+    recipe["stages"] = {name: {**recipe["stages"][name], "steps": 2, "batch_size": 2, "warmup": 1,
+                               "checkpoint_every": 2} for name in names[:3]}
+    path = tmp_path / "grounded.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    assert main(["train", "--recipe", str(path), "--out", str(tmp_path / "run"), "--no-progress",
+                 "--num-threads", "1"]) == 0
+    config = WorldModel.from_pretrained(tmp_path / "run" / "final").config
+    assert config.scene == "legible" and config.dit.grounding == "projected"
+    assert config.dit.geometry["scene"] == "legible" and config.dit.condition_features == "fourier"
+    assert config.recipe["condition_stats_fitted"] and config.recipe["dit_step_forcing_steps"] == 2
 
 
 @pytest.mark.slow
