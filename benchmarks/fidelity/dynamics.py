@@ -690,8 +690,8 @@ def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]
                         key=lambda d: ((d / "done.json").stat().st_mtime if (d / "done.json").is_file()
                                        else float("inf"), d.name))
         for d in stages:
-            found += [(label, recorded_dit_steps(json.loads((path / "config.json").read_text())), path)
-                      for label, _, path in of_run(d, f"{d.name}/")]
+            found += [(label, recorded_dit_steps(json.loads((path / "config.json").read_text())) or 0, path)
+                      for label, _, path in of_run(d, f"{d.name}/")]  # 0: a DiT no stage has trained yet
     if not found:
         raise FileNotFoundError(f"{str(root)!r} holds no kept model (snapshots/step_*, model/, or stages with model/); "
                                 "train with --snapshot-every N to keep some")
