@@ -666,7 +666,8 @@ def load_probe(cfg: Config, scene: str):
 def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]:
     """(label, training step, directory) of every model a run kept, in training order: its snapshots by step, then
     its ``model/``; a recipe's output: every stage's (in the order the stages finished), each model at the DiT steps
-    its config records over its whole history, so that the stages of one run share one axis."""
+    its config records over its whole history, so that the stages of one run share one axis (an autoencoder stage's
+    models, whose DiT no stage has trained, are left out)."""
     from neuralsim.world_model.checkpoint import find_checkpoint, list_snapshots, read_trainer, recorded_dit_steps
 
     root = Path(run_dir)
@@ -690,11 +691,13 @@ def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]
                         key=lambda d: ((d / "done.json").stat().st_mtime if (d / "done.json").is_file()
                                        else float("inf"), d.name))
         for d in stages:
-            found += [(label, recorded_dit_steps(json.loads((path / "config.json").read_text())) or 0, path)
-                      for label, _, path in of_run(d, f"{d.name}/")]  # 0: a DiT no stage has trained yet
+            for label, _, path in of_run(d, f"{d.name}/"):
+                step = recorded_dit_steps(json.loads((path / "config.json").read_text()))
+                if step is not None:  # None: an autoencoder stage's model, its DiT as drawn: nothing to follow yet
+                    found.append((label, step, path))
     if not found:
-        raise FileNotFoundError(f"{str(root)!r} holds no kept model (snapshots/step_*, model/, or stages with model/); "
-                                "train with --snapshot-every N to keep some")
+        raise FileNotFoundError(f"{str(root)!r} holds no kept model (snapshots/step_*, model/, or stages with model/ "
+                                "whose DiT has trained); train with --snapshot-every N to keep some")
     return found
 
 

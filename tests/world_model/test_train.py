@@ -429,7 +429,12 @@ def test_a_curve_over_a_recipes_stages_puts_each_model_at_its_total_dit_steps(tm
     from benchmarks.fidelity.dynamics import curve_checkpoints
 
     root = tmp_path / "recipe_out"
-    train(_cfg(root / "diffusion_forcing", objective="diffusion_forcing", steps=4, snapshot_every=2))
+    train(_cfg(root / "autoencoder", stage="autoencoder", objective="reconstruction", steps=2, snapshot_every=2))
+    (root / "autoencoder" / "done.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="whose DiT has trained"):
+        curve_checkpoints(root)  # an autoencoder's DiT is as drawn: nothing to follow
+    train(_cfg(root / "diffusion_forcing", objective="diffusion_forcing", steps=4, snapshot_every=2,
+               init_from=str(root / "autoencoder" / "model")))
     (root / "diffusion_forcing" / "done.json").write_text("{}")  # the recipe marks a finished stage
     train(_cfg(root / "step_forcing", steps=4, snapshot_every=2, init_from=str(root / "diffusion_forcing" / "model")))
     got = [(label, step) for label, step, _ in curve_checkpoints(root)]
