@@ -39,6 +39,18 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     return wm.save_pretrained(tmp_path_factory.mktemp("tiny_world_model"))
 
 
+@pytest.fixture(scope="session")
+def tiny_legible_checkpoint(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The tiny world model as a model of the legible scene (``config.scene == "legible"``, SimDROID-v1): what
+    every default that follows the model's scene (episodes, held-out split, probe, judge, ground truth) sees
+    when a legible model is the one given or shipped."""
+    from neuralsim.world_model.model import WorldModel
+
+    wm = WorldModel.from_pretrained(tiny_checkpoint)
+    wm.set_scene("legible")
+    return wm.save_pretrained(tmp_path_factory.mktemp("tiny_legible_world_model"))
+
+
 @pytest.fixture
 def offline_hub(tmp_path, monkeypatch):
     """A Hugging Face hub cache in ``tmp_path`` with ``huggingface_hub`` in offline mode (as on an air-gapped

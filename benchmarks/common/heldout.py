@@ -17,8 +17,20 @@ import numpy as np
 
 from neuralsim.episode import VIEW_NAMES
 
-
 # ---------------------------------------------------------------------------------------------- data
+#: Each scene's held-out and out-of-distribution SimDROID splits, where the README's commands write them (seeds
+#: 1000000 and 2000000 --ood): what a benchmark reads when no ``--data`` is given.
+SPLITS = {"classic": ("data/simdroid_heldout", "data/simdroid_ood"),
+          "legible": ("data/legible_heldout", "data/legible_ood")}
+
+
+def default_split(scene: str, ood: bool = False) -> str:
+    """The held-out (or ``ood``) split of ``scene`` (:data:`SPLITS`)."""
+    if scene not in SPLITS:
+        raise ValueError(f"unknown scene {scene!r}; expected one of {sorted(SPLITS)}")
+    return SPLITS[scene][int(ood)]
+
+
 @dataclass
 class EvalEpisode:
     """One held-out episode at the model's resolution."""

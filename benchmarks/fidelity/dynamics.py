@@ -60,7 +60,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -616,8 +616,9 @@ class Config:
     """A world model directory (``neuralsim train``'s ``model/``, a snapshot, a shipped model)."""
     curve: str | None = None
     """A training run (or a recipe's output) whose kept models are all measured: a learning curve."""
-    data: str = "data/legible_heldout"
-    """A SimDROID split of the model's scene written with object state (``neuralsim data generate``)."""
+    data: str | None = None
+    """A SimDROID split of the model's scene written with object state (``neuralsim data generate``); None: the
+    held-out split of the model's scene (:func:`~benchmarks.common.heldout.default_split`)."""
     max_episodes: int | None = 20
     """The first episodes of the split (None: all)."""
     probe: str | None = "default"
@@ -732,6 +733,10 @@ def run(cfg: Config) -> dict[str, Any]:
     scene = first.config.scene
     from neuralsim.world_model.batches import data_scene
 
+    if cfg.data is None:
+        from ..common.heldout import default_split
+
+        cfg = replace(cfg, data=default_split(scene))
     if data_scene(cfg.data) != scene:
         raise ValueError(f"{cfg.data} holds {data_scene(cfg.data)}-scene episodes, the world model is trained on the "
                          f"{scene} scene: measure it on a split of its own scene")
@@ -894,7 +899,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="world model directory to measure")
     src.add_argument("--curve", metavar="RUN_DIR", help="measure every model a training run kept (a learning curve)")
-    p.add_argument("--data", default=Config.data, help=f"SimDROID split with object state (default {Config.data})")
+    p.add_argument("--data", default=Config.data, help="SimDROID split with object state (default: the held-out "
+                   "split of the model's scene, data/legible_heldout or data/simdroid_heldout)")
     p.add_argument("--max-episodes", type=int, default=Config.max_episodes, help="first N episodes (default 20)")
     p.add_argument("--probe", default="default", help="object-probe directory (default: the scene's shipped probe)")
     p.add_argument("--no-probe", action="store_true", help="skip the object ratios")

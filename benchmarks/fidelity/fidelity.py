@@ -2,9 +2,9 @@
 
 Usage::
 
-    python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --quick
+    python -m benchmarks.fidelity --checkpoint runs/sf/model --quick     # the held-out split of the model's scene
     python -m benchmarks.fidelity --checkpoint runs/sf/model --data data/simdroid_heldout --ood-data data/simdroid_ood
-    python -m benchmarks.fidelity --compare runs/df/model runs/sf/model --data data/simdroid_heldout
+    python -m benchmarks.fidelity --compare runs/df/model runs/sf/model
     python -m benchmarks.fidelity --compare neuralsim/assets/world_model runs/ae/model --autoencoder-only
     python -m benchmarks.fidelity --paired benchmarks/results/fidelity.json runs/candidate_fidelity.json
     python -m benchmarks.common.object_probe                    # (re)train the object-position probe only
@@ -70,6 +70,7 @@ import numpy as np
 from ..common.heldout import (
     EvalEpisode,
     autoencoder_round_trip,
+    default_split,
     finished_records,
     last_frames_round_trip,
     load_split,
@@ -141,7 +142,9 @@ class Config:
 
     checkpoints: list[str] = field(default_factory=list)
     """World-model directories (``--checkpoint`` or ``--compare``)."""
-    data: str = "data/simdroid_heldout"
+    data: str | None = None
+    """The held-out SimDROID split; None: the models' scene's (``data/simdroid_heldout`` for classic,
+    ``data/legible_heldout`` for legible: :func:`~benchmarks.common.heldout.default_split`)."""
     ood_data: str | None = None
     quick: bool = False
     max_episodes: int | None = None
@@ -292,6 +295,10 @@ def run(cfg: Config) -> dict[str, Any]:
         raise ValueError(f"conditioning must be one of {CONDITIONINGS}, got {cfg.conditioning!r}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.data is None:
+        from neuralsim.envs.neural_droid import checkpoint_scene
+
+        cfg = replace(cfg, data=default_split(checkpoint_scene(cfg.checkpoints[0])))
     # every input is checked before any work (the probe alone can take 25 minutes to build): a missing
     # split or an unreadable checkpoint fails now, by name, not after the first model's rollouts
     for root in (cfg.data, cfg.ood_data):
@@ -385,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "later one's per-episode differences from the first")
     who.add_argument("--paired", nargs=2, metavar=("A", "B"), help="no evaluation: B - A, episode by episode, from two "
                      "JSON reports of the same split (REPORT.json, or REPORT.json:LABEL when it holds several models)")
-    p.add_argument("--data", default=d.data, help="held-out SimDROID split (default %(default)s)")
+    p.add_argument("--data", default=d.data, help="held-out SimDROID split (default: the model's scene's, "
+                                                  "data/simdroid_heldout or data/legible_heldout)")
     p.add_argument("--ood-data", dest="ood_data", default=None, help="out-of-distribution split, reported separately")
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK_EPISODES} held-out / {QUICK_OOD_EPISODES} OOD episodes, never trains the probe (< 60 "

@@ -4,8 +4,8 @@ Two classes: :class:`NeuralDROIDEnv` (a ``gymnasium.Env``) and :class:`NeuralDRO
 ``gymnasium.vector.VectorEnv`` running ONE batched world model for N episodes).  Both are thin fronts over
 ``_Core`` (:mod:`neuralsim.envs.neural_droid_core`), which owns the world model, its KV cache, the action adapter
 and the episode records of every row, so a single env is exactly a batch of one.  The core module's public names
-(:func:`load_world_model`, :func:`resolve_checkpoint`, :data:`DEFAULT_CHECKPOINT`, :data:`TRAIN_HINT`,
-:class:`StepTiming`, :class:`InvalidActionError`, ...) are importable from here.
+(:func:`load_world_model`, :func:`resolve_checkpoint`, :func:`checkpoint_scene`, :data:`DEFAULT_CHECKPOINT`,
+:data:`TRAIN_HINT`, :class:`StepTiming`, :class:`InvalidActionError`, ...) are importable from here.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .neural_droid_core import (
     InvalidActionError,
     StepTiming,
     _Core,
+    checkpoint_scene,
     context_window_range,
     denoising_schedule,
     draw_episode_and_noise_seed,
@@ -46,8 +47,8 @@ __all__ = [
     "DEFAULT_REWARD_FN", "NeuralDROIDEnv", "NeuralDROIDVectorEnv",
     # neuralsim.envs.neural_droid_core
     "DEFAULT_CHECKPOINT", "TRAIN_HINT", "ContextWindowError", "InvalidActionError", "StepTiming",
-    "context_window_range", "denoising_schedule", "draw_episode_and_noise_seed", "inference_schedule",
-    "load_world_model", "resize_views", "resolve_checkpoint",
+    "checkpoint_scene", "context_window_range", "denoising_schedule", "draw_episode_and_noise_seed",
+    "inference_schedule", "load_world_model", "resize_views", "resolve_checkpoint",
 ]
 
 log = logging.getLogger(__name__)

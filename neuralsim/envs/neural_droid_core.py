@@ -99,6 +99,24 @@ def resolve_checkpoint(checkpoint=None) -> Path:
     return path
 
 
+def checkpoint_scene(checkpoint=None) -> str:
+    """The SimDROID scene a world-model checkpoint was trained on, read from its ``config.json`` without loading
+    the weights (``"classic"`` where none is recorded); ``None`` is the shipped model, a ``WorldModel`` its own.
+    What the benchmarks and tools default to: the episodes, the held-out split, the probe and the ground-truth
+    twin of the model's scene."""
+    import json
+
+    from ..world_model.model import CheckpointError, WorldModel
+
+    if isinstance(checkpoint, WorldModel):
+        return checkpoint.config.scene
+    config = resolve_checkpoint(checkpoint) / "config.json"
+    try:
+        return json.loads(config.read_text()).get("scene", "classic")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot read the world model's config {config}: {e}") from e
+
+
 def load_world_model(checkpoint=None, device: str = "cpu"):
     """A :class:`~neuralsim.world_model.WorldModel` from a directory, a Hugging Face hub id or an instance.
 

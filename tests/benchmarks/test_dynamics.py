@@ -253,3 +253,13 @@ def test_a_response_only_curve_measures_the_first_frame_of_every_kept_model(tiny
                    "--response-only", "--no-progress", "--resamples", "50", "--out", str(single)]) == 0
     protos = json.loads(single.read_text())["protocols"]
     assert set(protos) == {"one_step", "response", "latent"}
+
+
+def test_without_data_the_split_is_the_held_out_one_of_the_models_scene(tiny_legible_checkpoint, legible_split,
+                                                                         tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "legible_heldout").symlink_to(legible_split)
+    report = D.run(D.Config(checkpoint=str(tiny_legible_checkpoint), max_episodes=1, quick=True, probe=None,
+                            response_only=True, progress=False, out=str(tmp_path / "d.json")))
+    assert report["data"] == "data/legible_heldout" and report["scene"] == "legible" and report["episodes"] == 1

@@ -527,3 +527,17 @@ def test_position_track_compares_generated_and_true_frames_over_time(splits, pro
     first = P.locate(probe, np.stack([e.frames[0][ext] for e in eps]), rgb)[:, :2]
     last = P.locate(probe, np.stack([e.frames[frames[-1]][ext] for e in eps]), rgb)[:, :2]
     assert frozen["track"][-1]["error_m_mean"] == pytest.approx(np.linalg.norm(first - last, axis=1).mean())
+
+
+def test_without_data_the_split_is_the_held_out_one_of_the_models_scene(tiny_checkpoint, tiny_legible_checkpoint,
+                                                                         legible_heldout_split, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common = dict(probe=None, quick=True, max_episodes=1, out=str(tmp_path / "r.json"), progress=False)
+    # where the README's commands write them; a missing one is named in the error, before any work
+    with pytest.raises(FileNotFoundError, match="data/simdroid_heldout"):
+        F.run(F.Config(checkpoints=[str(tiny_checkpoint)], **common))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "legible_heldout").symlink_to(legible_heldout_split)
+    report = F.run(F.Config(checkpoints=[str(tiny_legible_checkpoint)], **common))
+    assert report["protocol"]["data"] == "data/legible_heldout"
+    assert report["results"][0]["splits"]["heldout"]["episodes"] == 1
