@@ -1,9 +1,10 @@
 """A small gripper-centric inverse dynamics model (GC-IDM): two consecutive frames -> the tool-point move between them.
 
-Usage (trains the shipped model in ``benchmarks/common/assets/idm``: 2500 steps on the first 200 episodes of
-``data/classic``, 23 minutes on a busy 2-core CPU)::
+Usage (trains the shipped model of a SimDROID scene: 2500 steps on the first 200 episodes of the scene's training
+data, 23 minutes on a busy 2-core CPU)::
 
-    python -m benchmarks.common.idm --out benchmarks/common/assets/idm
+    python -m benchmarks.common.idm                    # classic: data/classic -> benchmarks/common/assets/idm
+    python -m benchmarks.common.idm --scene legible    # legible: data/legible -> benchmarks/common/assets/idm_legible
 
 What it reads and says (WoW-World-Eval §5 and Appendix 10.3: an IDM trained only on real executions turns a video
 into actions for the robot; the gripper-centric variant predicts the end effector's motion rather than joint
@@ -17,8 +18,8 @@ generated video is read exactly as a true one.  Out, for the step t -> t+1:
 :func:`controller_action` turns an inferred move into SimDROID's DROID action on the replaying robot: the goal is
 the robot's own tool point moved by ``dp`` / ``dr``, pulled a share :data:`ABSOLUTE_GAIN` of the way towards the
 absolute pose read from the frame (so errors of the moves do not add up), reached by the scripted expert's damped
-least-squares IK step.  The weights are safetensors beside a JSON :class:`IDMConfig`;
-``InverseDynamics.from_pretrained(dir)`` (:func:`load`) refuses files that do not match the config.
+least-squares IK step.  The weights are safetensors beside a JSON :class:`IDMConfig` (which records the scene it
+was trained on); ``InverseDynamics.from_pretrained(dir)`` (:func:`load`) refuses files that do not match the config.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from neuralsim.kinematics import rotation_vector as rotvec
 
 log = logging.getLogger(__name__)
 
-#: Where the shipped IDM lives.
+#: Where the shipped IDM of the classic scene lives (:func:`default_dir`: any scene's).
 DEFAULT_DIR = Path(__file__).resolve().parent / "assets" / "idm"
+#: Each SimDROID scene's training data, what ``python -m benchmarks.common.idm --scene SCENE`` reads by default.
+TRAINING_DATA = {"classic": "data/classic", "legible": "data/legible"}
 #: Share of the way from the integrated goal to the pose read from the frame (0: moves only, 1: poses only).
 ABSOLUTE_GAIN = 0.3
 #: Output layout: dp (3), dr (3), p (3), rotation columns (6), gripper logit (1).
@@ -50,6 +53,19 @@ DP_SCALE, DR_SCALE = 0.02, 0.1
 
 class WeightsError(ValueError):
     """An IDM directory whose weights or config are missing or do not fit together."""
+
+
+def default_dir(scene: str = "classic") -> Path:
+    """The shipped IDM of SimDROID's ``scene``: ``assets/idm`` (classic) or ``assets/idm_<scene>``."""
+    if scene not in TRAINING_DATA:
+        raise ValueError(f"unknown scene {scene!r}; expected one of {sorted(TRAINING_DATA)}")
+    return DEFAULT_DIR if scene == "classic" else DEFAULT_DIR.with_name(f"idm_{scene}")
+
+
+def train_command(scene: str = "classic", out: str | Path | None = None) -> str:
+    """The command that trains the IDM of ``scene`` into ``out`` (None: the scene's :func:`default_dir`)."""
+    cmd = "python -m benchmarks.common.idm" + ("" if scene == "classic" else f" --scene {scene}")
+    return cmd if out is None or Path(out) == default_dir(scene) else f"{cmd} --out {out}"
 
 
 @dataclass
@@ -66,6 +82,8 @@ class IDMConfig:
     """Width of the MLP head."""
     downsample: int = 2
     """Views are average-pooled by this factor before the trunk (64x64 -> 32x32: a quarter of the compute)."""
+    scene: str = "classic"
+    """The SimDROID scene (``neuralsim.envs.scene.SCENES``) of the videos it was trained on and reads."""
     train: dict = field(default_factory=dict)
     """How the shipped weights were trained and their validation errors (filled by :func:`train`)."""
 
@@ -73,6 +91,8 @@ class IDMConfig:
         if self.downsample < 1 or self.image_size % (16 * self.downsample):
             raise ValueError(f"image_size must be a multiple of 16 x downsample; got image_size {self.image_size}, "
                              f"downsample {self.downsample}")
+        if self.scene not in TRAINING_DATA:
+            raise ValueError(f"unknown scene {self.scene!r}; expected one of {sorted(TRAINING_DATA)}")
 
 
 def make_network(cfg: IDMConfig):
@@ -136,11 +156,11 @@ def load(directory: str | Path = DEFAULT_DIR):
     d = Path(directory)
     for name in ("config.json", "model.safetensors"):
         if not (d / name).is_file():
-            raise WeightsError(f"no {name} in {str(d)!r}; train an IDM with "
-                               f"`python -m benchmarks.common.idm --out {d}`")
+            scene = next((sc for sc in TRAINING_DATA if default_dir(sc) == d.resolve()), "classic")
+            raise WeightsError(f"no {name} in {str(d)!r}; train an IDM with `{train_command(scene, d)}`")
     try:
         cfg = IDMConfig(**json.loads((d / "config.json").read_text()))
-    except (json.JSONDecodeError, TypeError) as e:
+    except (TypeError, ValueError) as e:  # a JSONDecodeError is a ValueError
         raise WeightsError(f"{str(d / 'config.json')!r} is not an IDM config: {e}") from None
     model = make_network(cfg)
     try:
@@ -266,14 +286,15 @@ def load_training_data(root: str | Path, max_episodes: int | None = None, progre
 
 def train(videos: Sequence[np.ndarray], targets: Sequence[np.ndarray], config: IDMConfig | None = None,
           steps: int = 2500, batch_size: int = 16, lr: float = 2e-3, seed: int = 0, val_fraction: float = 0.1,
-          progress: bool = True):
-    """Fit an IDM; the last ``val_fraction`` of the episodes are held out and their errors go into
-    ``config.train``.  Loss: MSE on the scaled moves and poses, BCE on the gripper command."""
+          progress: bool = True, scene: str = "classic"):
+    """Fit an IDM on videos of SimDROID's ``scene`` (recorded in the config it makes when ``config`` is None); the
+    last ``val_fraction`` of the episodes are held out and their errors go into ``config.train``.  Loss: MSE on the
+    scaled moves and poses, BCE on the gripper command."""
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
 
-    cfg = config or IDMConfig(image_size=int(videos[0].shape[2]), views=int(videos[0].shape[1]))
+    cfg = config or IDMConfig(image_size=int(videos[0].shape[2]), views=int(videos[0].shape[1]), scene=scene)
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     model = make_network(cfg)
@@ -325,8 +346,13 @@ def step_errors(model, videos: Sequence[np.ndarray], targets: Sequence[np.ndarra
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.common.idm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default="data/classic", help="SimDROID training data (default %(default)s)")
-    p.add_argument("--out", default=str(DEFAULT_DIR), help="directory for model.safetensors + config.json")
+    p.add_argument("--scene", choices=sorted(TRAINING_DATA), default="classic",
+                   help="SimDROID scene of the videos it learns to read: classic (SimDROID-v0, default) or legible "
+                        "(SimDROID-v1)")
+    p.add_argument("--data", default=None, help="SimDROID training data of that scene (default: data/classic for "
+                                                "classic, data/legible for legible)")
+    p.add_argument("--out", default=None, help="directory for model.safetensors + config.json (default: the scene's "
+                                               "shipped IDM, benchmarks/common/assets/idm[_legible])")
     p.add_argument("--max-episodes", type=int, default=200, help="first N episodes (default %(default)s)")
     p.add_argument("--steps", type=int, default=2500, help="training steps (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=16)
@@ -334,13 +360,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    from neuralsim.data.reader import list_episodes
+    from neuralsim.world_model.batches import data_scene
+
+    data = args.data or TRAINING_DATA[args.scene]
+    out = args.out or str(default_dir(args.scene))
+    try:
+        found = list_episodes(data)
+    except FileNotFoundError:
+        found = []
+    if not found:
+        p.error(f"no SimDROID episodes in {data}; make them with `neuralsim data generate {data}"
+                f"{'' if args.scene == 'classic' else f' --scene {args.scene}'}`")
+    if data_scene(data) != args.scene:
+        p.error(f"{data} holds {data_scene(data)}-scene episodes, not {args.scene} ones: pass --data of the "
+                f"{args.scene} scene or --scene {data_scene(data)}")
     import torch
 
     torch.set_num_threads(args.threads)
-    videos, targets = load_training_data(args.data, args.max_episodes, args.progress)
-    model = train(videos, targets, steps=args.steps, batch_size=args.batch_size, progress=args.progress)
-    save(model, args.out)
-    print(f"IDM saved to {args.out}: validation {json.dumps(model.config.train['validation'])}")
+    videos, targets = load_training_data(data, args.max_episodes, args.progress)
+    model = train(videos, targets, steps=args.steps, batch_size=args.batch_size, progress=args.progress,
+                  scene=args.scene)
+    save(model, out)
+    print(f"IDM of the {args.scene} scene saved to {out}: validation {json.dumps(model.config.train['validation'])}")
     return 0
 
 

@@ -6,17 +6,19 @@ Usage::
     python -m benchmarks.mirabench.idm_turing --episodes 48 --cache runs/mirabench/videos   # the reported run
     python -m benchmarks.mirabench.idm_turing --checkpoint runs/sf/model --idm benchmarks/common/assets/idm
 
-Protocol (WoW-World-Eval §4.4 and Appendix 10.3, with SimDROID standing in for the real robot):
+Protocol (WoW-World-Eval §4.4 and Appendix 10.3, with SimDROID standing in for the real robot), all in the world
+model's SimDROID scene (SimDROID-v0 classic, SimDROID-v1 legible; an IDM or split of another scene is refused):
 
-1. An inverse dynamics model trained only on true SimDROID executions (:mod:`benchmarks.common.idm`, the shipped
-   one in ``benchmarks/common/assets/idm``; video only, gripper-centric) reads a video step by step and infers the
-   tool-point move and gripper command of every step.
-2. **Validation on true videos**: for each held-out episode (``--data``, the first ``--episodes``), the IDM reads
-   the simulator's own video; the inferred moves are replayed in SimDROID from the episode's initial state (reset
-   with its seed, each move turned into a DROID action by :func:`benchmarks.common.idm.controller_action` on the
-   replaying robot).  Replay success rate = share of the truly successful episodes whose replay succeeds (GC-IDM
-   reaches 90% on real videos).  ``oracle`` replays the true moves through the same controller: the ceiling of the
-   controller.
+1. An inverse dynamics model trained only on true SimDROID executions of the scene (:mod:`benchmarks.common.idm`,
+   the shipped one in ``benchmarks/common/assets/idm`` for classic, ``idm_legible`` for legible, which
+   ``python -m benchmarks.common.idm --scene legible`` trains; video only, gripper-centric) reads a video step by
+   step and infers the tool-point move and gripper command of every step.
+2. **Validation on true videos**: for each held-out episode (``--data``, the first ``--episodes``; by default
+   ``data/simdroid_heldout`` classic, ``data/legible_heldout`` legible), the IDM reads the simulator's own video;
+   the inferred moves are replayed in SimDROID from the episode's initial state (reset with its seed, each move
+   turned into a DROID action by :func:`benchmarks.common.idm.controller_action` on the replaying robot).  Replay
+   success rate = share of the truly successful episodes whose replay succeeds (GC-IDM reaches 90% on real
+   videos).  ``oracle`` replays the true moves through the same controller: the ceiling of the controller.
 3. **The Turing test**: the world model generates each episode's video from its first frame and recorded actions
    (:mod:`benchmarks.mirabench.world_model_videos`); the IDM reads it, and its moves are replayed in SimDROID the
    same way.
@@ -36,7 +38,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +62,13 @@ class Config:
 
     checkpoint: str | None = None
     """World-model directory (None: the shipped model)."""
-    idm: str = str(D.DEFAULT_DIR)
-    """Inverse dynamics model directory."""
-    data: str = "data/simdroid_heldout"
-    """Held-out SimDROID split (never seen by the IDM or the world model)."""
+    idm: str = "default"
+    """Inverse dynamics model directory, of the world model's scene; ``"default"``: the shipped IDM of that scene
+    (:func:`benchmarks.common.idm.default_dir`: ``benchmarks/common/assets/idm`` classic, ``idm_legible``
+    legible)."""
+    data: str | None = None
+    """Held-out SimDROID split of the world model's scene (never seen by the IDM or the world model); None: that
+    scene's (:func:`benchmarks.common.heldout.default_split`)."""
     episodes: int = 32
     """The first N episodes of ``data``."""
     seed: int = 0
@@ -145,6 +150,20 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
     return out
 
 
+def load_idm(idm: str, scene: str):
+    """The IDM at ``idm`` (``"default"``: the shipped one of ``scene``), refused unless it reads ``scene``'s videos;
+    :class:`~benchmarks.common.idm.WeightsError` with the command that trains it when the scene's is missing."""
+    directory = D.default_dir(scene) if idm == "default" else Path(idm)
+    if idm == "default" and not (directory / "model.safetensors").is_file():
+        raise D.WeightsError(f"no IDM of the {scene} scene at {directory}; train it with `{D.train_command(scene)}` "
+                             f"(about 25 minutes on a 2-core CPU; it reads {D.TRAINING_DATA[scene]}), or pass --idm")
+    model = D.load(directory)
+    if model.config.scene != scene:
+        raise ValueError(f"the IDM at {directory} reads the {model.config.scene} scene, the world model makes the "
+                         f"{scene} one: pass --idm of that scene (`{D.train_command(scene)}` trains it)")
+    return model
+
+
 def run(cfg: Config) -> dict[str, Any]:
     import torch
     from tqdm import tqdm
@@ -162,7 +181,10 @@ def run(cfg: Config) -> dict[str, Any]:
         raise ValueError(f"episodes must be >= 1, got {n}")
     if not 0.0 <= cfg.absolute_gain <= 1.0:
         raise ValueError(f"absolute_gain must be in [0, 1], got {cfg.absolute_gain}")
-    model = D.load(cfg.idm)
+    # every input must be of the world model's scene, checked by name before any work
+    scene, data = W.scene_and_split(cfg.checkpoint, cfg.data)
+    model = load_idm(cfg.idm, scene)
+    cfg = replace(cfg, data=data, idm=str(cfg.idm if cfg.idm != "default" else D.default_dir(scene)))
     wm = load_world_model(cfg.checkpoint)
     size = wm.config.autoencoder.image_size
     if size != model.config.image_size:
@@ -170,7 +192,7 @@ def run(cfg: Config) -> dict[str, Any]:
                          f"makes {size}x{size}")
     episodes = load_split(cfg.data, size, n)
     videos = generate(wm, episodes, seed=cfg.seed, cache=cfg.cache, checkpoint=cfg.checkpoint, progress=cfg.progress)
-    env = SimDROIDEnv(image_size=16, reward_fn=None, max_episode_steps=None)  # nobody reads its frames
+    env = SimDROIDEnv(image_size=16, reward_fn=None, max_episode_steps=None, scene=scene)  # nobody reads its frames
     try:
         rows = [evaluate_episode(model, env, e, v, cfg.absolute_gain)
                 for e, v in tqdm(list(zip(episodes, videos)), desc="replays", unit="episode",
@@ -179,7 +201,7 @@ def run(cfg: Config) -> dict[str, Any]:
         env.close()
     here = str(Path.cwd()) + "/"  # the committed report names no machine
     config = {k: v[len(here):] if isinstance(v, str) and v.startswith(here) else v for k, v in asdict(cfg).items()}
-    report = {"benchmark": "idm_turing", "config": config, "idm_config": asdict(model.config),
+    report = {"benchmark": "idm_turing", "scene": scene, "config": config, "idm_config": asdict(model.config),
               "episodes": len(rows), "truly_successful": sum(r["true_success"] for r in rows),
               "summary": summarise(rows), "reference": {"gc_idm_on_real_videos": 0.90, "wow_best_generated": 0.4074},
               "seconds": round(time.perf_counter() - t0, 1), "per_episode": rows}
@@ -196,7 +218,7 @@ def format_report(rep: dict[str, Any]) -> str:
         return "-" if c["rate"] is None else f"{100 * c['rate']:.0f}% ({round(c['rate'] * c['n'])}/{c['n']})"
 
     lines = [f"IDM Turing test on {rep['episodes']} held-out episodes ({rep['truly_successful']} truly successful), "
-             f"{rep['config']['checkpoint'] or 'the shipped world model'}",
+             f"{rep['config']['checkpoint'] or 'the shipped world model'} ({rep.get('scene', 'classic')} scene)",
              f"  {'IDM reads':12s} {'replay success':>16s} {'agrees w/ truth':>16s} {'path err':>9s} {'move err':>9s} "
              f"{'pos err':>8s} {'gripper':>8s}"]
     for src in SOURCES:
@@ -217,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="protocol and results: docs/BENCHMARKS.md")
     W.add_arguments(p, d, quick_episodes=QUICK_EPISODES, name="idm_turing", shares_cache_with="mirabench")
-    p.add_argument("--idm", default=d.idm, help="inverse dynamics model directory (default: the shipped one)")
+    p.add_argument("--idm", default=d.idm, help="inverse dynamics model directory (default: the shipped one of the "
+                   "world model's scene, benchmarks/common/assets/idm[_legible])")
     p.add_argument("--absolute-gain", dest="absolute_gain", type=float, default=d.absolute_gain,
                    help="controller: share of the way to the pose read from the frame (default %(default)s)")
     return p

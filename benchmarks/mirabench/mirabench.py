@@ -10,14 +10,16 @@ MiraBench (Level 1 physics adherence, Level 2 action-following fidelity, Level 3
 videos with VLMs calibrated on human labels.  Here every held-out episode also exists in the simulator, so each
 indicator is read by a fixed, inspectable tracker and set against the truth:
 
-* **Videos.**  Held-out SimDROID episodes (``--data``, the first ``--episodes``); the world model replays each
-  episode's recorded actions from its first frame (:mod:`benchmarks.mirabench.world_model_videos`, optionally
-  cached).  The simulator replays the same actions from the same seed (:func:`truth_replay`), which reproduces the
-  recorded episode and gives every cube's exact position in every frame.
+* **Videos.**  Held-out SimDROID episodes of the world model's scene (``--data``, the first ``--episodes``; by
+  default ``data/simdroid_heldout`` for a classic model, ``data/legible_heldout`` for a legible one; a split of
+  another scene is refused); the world model replays each episode's recorded actions from its first frame
+  (:mod:`benchmarks.mirabench.world_model_videos`, optionally cached).  The simulator of that scene (SimDROID-v0
+  classic, SimDROID-v1 legible) replays the same actions from the same seed (:func:`truth_replay`), which reproduces
+  the recorded episode and gives every cube's exact position in every frame.
 * **Tracks.**  :func:`benchmarks.common.cube_tracks.track_video` reads each cube's position (the fidelity benchmark's
-  object probe), visible area and colour drift in every frame of the generated video and of the true one.  The arm's
-  tool point of a generated video is forward kinematics of the env's action adapter (what the world model was
-  conditioned on); of the true video, of the simulator's joints.
+  object probe of the scene), visible area and colour drift in every frame of the generated video and of the true
+  one.  The arm's tool point of a generated video is forward kinematics of the env's action adapter (what the world
+  model was conditioned on); of the true video, of the simulator's joints.
 * **Level 1** (reference-free, :mod:`benchmarks.mirabench.indicators`): per cube, existence, colour, size,
   occlusion, teleport, post-contact drift and fall, each reported separately as the share of (episode, cube) pairs
   that pass among those it applies to.  The check against truth: the same reader on the simulator's true video
@@ -30,7 +32,9 @@ indicator is read by a fixed, inspectable tracker and set against the truth:
   probe, in the goal region; TCR = share of truly successful episodes the video shows succeeding, and the share of
   truly failed ones it shows succeeding), grounding (the cubes that moved in the video -- net displacement above
   5 cm -- are the ones that moved in the simulator) and motion quality (the target's track against its true track).
-* **Level 3**: read from :mod:`benchmarks.optimism_bias`'s report (``--optimism``; its TCR and Bias Res.).
+* **Level 3**: read from :mod:`benchmarks.optimism_bias`'s report (``--optimism``; its TCR and Bias Res.), which must
+  be of the world model's scene (a report that records none is classic's): the shipped report of another scene is
+  left out with a warning, a given one is refused.
 * **Headline** (MiraBench Fig. 4a, "action following does not guarantee failure preservation"): on Level 3's own
   rollouts, failure preservation of the perturbed rollouts of episodes whose nominal video the judge shows
   succeeding against those it does not; reproduced when following the nominal actions does not come with more
@@ -47,13 +51,12 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..common.object_probe import DEFAULT_DIR as DEFAULT_PROBE_DIR
 from ..common.results_path import results_path
 from ..common.stats import wilson_interval
 from . import indicators as I
@@ -77,16 +80,20 @@ class Config:
 
     checkpoint: str | None = None
     """World-model directory (None: the shipped model)."""
-    data: str = "data/simdroid_heldout"
-    """Held-out SimDROID split (classic scene, the shipped model's)."""
+    data: str | None = None
+    """Held-out SimDROID split of the world model's scene; None: that scene's
+    (:func:`benchmarks.common.heldout.default_split`: ``data/simdroid_heldout`` classic, ``data/legible_heldout``
+    legible)."""
     episodes: int = 32
     """The first N episodes of ``data``."""
     seed: int = 0
     """World-model noise: episode i uses seed + i."""
-    probe: str = str(DEFAULT_PROBE_DIR)
-    """Object-probe directory (the cube tracker)."""
-    optimism: str | None = str(results_path("optimism_bias"))
-    """Level 3: an optimism_bias JSON of the same world model (None: Level 3 left out)."""
+    probe: str = "default"
+    """Object-probe directory (the cube tracker) of the world model's scene; ``"default"``: the shipped probe of
+    that scene (``benchmarks/common/assets/fidelity_probe[_legible]``)."""
+    optimism: str | None = "default"
+    """Level 3: an optimism_bias JSON of the same world model (None: Level 3 left out); ``"default"``: the shipped
+    report, ``benchmarks/results/optimism_bias.json``, when it is of the world model's scene."""
     cache: str | None = None
     """Directory caching the generated videos (shared with idm_turing); None: generate every time."""
     quick: bool = False
@@ -96,13 +103,15 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------------- truth
-def truth_replay(episode) -> dict[str, Any]:
-    """Replay ``episode``'s recorded actions in SimDROID from its seed: per-frame exact cube positions (T, C, 3),
-    the tool point (T, 3), and the end's success (the recorded episode's, which the replay reproduces)."""
+def truth_replay(episode, scene: str = "classic") -> dict[str, Any]:
+    """Replay ``episode``'s recorded actions in SimDROID's ``scene`` (the one it was recorded in) from its seed:
+    per-frame exact cube positions (T, C, 3), the tool point (T, 3), and the end's success (the recorded episode's,
+    which the replay reproduces)."""
     from neuralsim.envs.sim_droid import SimDROIDEnv
 
     rec = episode.record
-    env = SimDROIDEnv(image_size=16, reward_fn=None, max_episode_steps=None)  # positions only: render small
+    # positions only: render small
+    env = SimDROIDEnv(image_size=16, reward_fn=None, max_episode_steps=None, scene=scene)
     try:
         env.reset(seed=int(rec["seed"]), options={"task": rec["task"]})
         n_c = env.scene.num_cubes
@@ -117,17 +126,19 @@ def truth_replay(episode) -> dict[str, Any]:
     return {"xyz": np.stack(xyz), "tcp": np.stack(tcp), "success": bool(info.get("success", rec["success"]))}
 
 
-def goal_of(record: dict) -> tuple[np.ndarray, float]:
-    """The goal region of an episode: centre (table xy, from its initial poses) and half-size [m] (SimDROID's
-    success test: bowl or pad half-size per axis, 0.6 cube sizes around the base cube)."""
-    from neuralsim.envs import scene as S
+def goal_of(record: dict, scene: str = "classic") -> tuple[np.ndarray, float]:
+    """The goal region of an episode of SimDROID's ``scene``: centre (table xy, from its initial poses) and half-size
+    [m] (SimDROID's success test: the scene's bowl or pad half-size per axis, 0.6 cube sizes around the base
+    cube)."""
+    from neuralsim.envs.scene import get_scene
 
+    sc = get_scene(scene)
     poses, task = record["initial_poses"], record["task"]
     if task == "put_in_bowl":
-        return np.asarray(poses["bowl"][:2]), S.BOWL_HALF
+        return np.asarray(poses["bowl"][:2]), sc.bowl_half
     if task == "push_to_pad":
-        return np.asarray(poses["pad"][:2]), S.PAD_HALF
-    return np.asarray(poses[record["base"]][:2]), 0.6 * S.CUBE_SIZE
+        return np.asarray(poses["pad"][:2]), sc.pad_half
+    return np.asarray(poses[record["base"]][:2]), 0.6 * sc.cube_size
 
 
 # ---------------------------------------------------------------------------------------------- per episode
@@ -153,10 +164,10 @@ def level1(tracks, simulator: dict | None = None) -> dict[str, list[dict]]:
     return out
 
 
-def level2(tracks, true_xyz: np.ndarray, record: dict, true_success: bool) -> dict[str, Any]:
+def level2(tracks, true_xyz: np.ndarray, record: dict, true_success: bool, scene: str = "classic") -> dict[str, Any]:
     """Task completion, grounding and motion quality of one video's tracks against the simulator's positions."""
     target = tracks.names.index(record["target"])
-    goal, half = goal_of(record)
+    goal, half = goal_of(record, scene)
     end_xy = np.median(tracks.xyz[-3:, target, :2], axis=0)
     moved = np.array([I.net_displacement(tracks.xyz[:, c]) > I.MOVED_M for c in range(len(tracks.names))])
     true_moved = np.array([I.net_displacement(true_xyz[:, c]) > I.MOVED_M for c in range(len(tracks.names))])
@@ -165,27 +176,28 @@ def level2(tracks, true_xyz: np.ndarray, record: dict, true_success: bool) -> di
             "motion": I.motion_quality(tracks.xyz[:, target], true_xyz[:, target])}
 
 
-def evaluate_episode(probe, episode, generated: np.ndarray, round_trip: np.ndarray | None = None) -> dict[str, Any]:
-    """Level 1 and 2 of one held-out episode on each of :data:`SOURCES`: the generated video, the true one through
-    the world model's autoencoder (``round_trip``; skipped when None) and the true one."""
+def evaluate_episode(probe, episode, generated: np.ndarray, round_trip: np.ndarray | None = None,
+                     scene: str = "classic") -> dict[str, Any]:
+    """Level 1 and 2 of one held-out episode of SimDROID's ``scene`` on each of :data:`SOURCES`: the generated video,
+    the true one through the world model's autoencoder (``round_trip``; skipped when None) and the true one."""
     from neuralsim.envs import adapter as A
 
     from ..common.cube_tracks import track_video
 
     rec = episode.record
     cubes = [f"{c}_cube" for c in rec["colors"]]
-    truth = truth_replay(episode)
+    truth = truth_replay(episode, scene)
     n = len(episode)
     q_model, _ = A.rollout(episode.joint_position[:1], episode.gripper_position[:1].reshape(1, 1),
                            episode.actions[None, :n - 1])  # the joints the world model was conditioned on
-    tracks = {"generated": track_video(probe, generated, cubes, q_model[0]),
-              "true_video": track_video(probe, episode.frames, cubes, episode.joint_position)}
+    tracks = {"generated": track_video(probe, generated, cubes, q_model[0], scene),
+              "true_video": track_video(probe, episode.frames, cubes, episode.joint_position, scene)}
     if round_trip is not None:
-        tracks["round_trip"] = track_video(probe, round_trip, cubes, episode.joint_position)
+        tracks["round_trip"] = track_video(probe, round_trip, cubes, episode.joint_position, scene)
     return {"index": episode.index, "task": rec["task"], "target": rec["target"], "failure": rec.get("failure"),
             "true_success": truth["success"], "frames": n,
             "level1": {k: level1(t, truth if k == "true_video" else None) for k, t in tracks.items()},
-            "level2": {k: level2(t, truth["xyz"], rec, truth["success"]) for k, t in tracks.items()}}
+            "level2": {k: level2(t, truth["xyz"], rec, truth["success"], scene) for k, t in tracks.items()}}
 
 
 # ---------------------------------------------------------------------------------------------- summaries
@@ -241,6 +253,29 @@ def summarise_level2(rows: list[dict]) -> dict[str, Any]:
             "path_length_ratio_median": float(np.median(ratios)) if ratios else None,
         }
     return out
+
+
+def level3_source(optimism: str | None, scene: str) -> tuple[str | None, str | None]:
+    """The optimism_bias report Level 3 reads for a world model of ``scene``, and why there is none when there is
+    not: ``"default"`` is the shipped report, left out (with a warning) when it is of another scene; a given report of
+    another scene is refused (ValueError).  A report that records no scene is classic's."""
+    if optimism is None:
+        return None, "--no-level3"
+    path = results_path("optimism_bias") if optimism == "default" else Path(optimism)
+    if not path.is_file():
+        return None, f"no optimism_bias report at {_relative(str(path))}"
+    try:
+        of = json.loads(path.read_text()).get("scene", "classic")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the optimism_bias report {path}: {e}") from None
+    if of == scene:
+        return str(path), None
+    why = (f"the optimism_bias report {_relative(str(path))} is of the {of} scene, the world model of the {scene} one")
+    if optimism != "default":
+        raise ValueError(f"{why}: pass --optimism of a run on this world model, or --no-level3")
+    log.warning("%s: Level 3 left out; make a report of this model with `python -m benchmarks.optimism_bias "
+                "--episodes 12` (and --checkpoint DIR for a model other than the shipped one)", why)
+    return None, why
 
 
 def level3(path: str | None) -> dict[str, Any] | None:
@@ -307,18 +342,27 @@ def run(cfg: Config) -> dict[str, Any]:
     n = QUICK_EPISODES if cfg.quick else cfg.episodes
     if n < 1:
         raise ValueError(f"episodes must be >= 1, got {n}")
-    probe = object_probe.load(cfg.probe)
+    # every input must be of the world model's scene, checked by name before any work
+    scene, data = W.scene_and_split(cfg.checkpoint, cfg.data)
+    probe_dir = object_probe.default_dir(scene) if cfg.probe == "default" else Path(cfg.probe)
+    probe = object_probe.load(probe_dir)
+    if probe.config.scene != scene:
+        raise ValueError(f"the object probe at {probe_dir} reads the {probe.config.scene} scene, the world model "
+                         f"the {scene} one: pass --probe of that scene")
+    optimism, level3_skipped = level3_source(cfg.optimism, scene)
+    cfg = replace(cfg, data=data, probe=str(probe_dir), optimism=optimism)
     wm = load_world_model(cfg.checkpoint)
     episodes = load_split(cfg.data, wm.config.autoencoder.image_size, n)
     videos = generate(wm, episodes, seed=cfg.seed, cache=cfg.cache, checkpoint=cfg.checkpoint, progress=cfg.progress)
-    rows = [evaluate_episode(probe, e, v, round_trip_frames(wm, e.frames, reference=e.frames[0]))
+    rows = [evaluate_episode(probe, e, v, round_trip_frames(wm, e.frames, reference=e.frames[0]), scene)
             for e, v in tqdm(list(zip(episodes, videos)), desc="tracking", unit="episode", disable=not cfg.progress)]
     l1, l2, l3 = summarise_level1(rows), summarise_level2(rows), level3(cfg.optimism)
-    report = {"benchmark": "mirabench", "config": {k: _relative(v) for k, v in asdict(cfg).items()},
+    report = {"benchmark": "mirabench", "scene": scene, "config": {k: _relative(v) for k, v in asdict(cfg).items()},
               "episodes": len(rows),
               "frames": int(sum(r["frames"] for r in rows)),
               "thresholds": {k: getattr(I, k) for k in dir(I) if k.isupper()},
-              "level1": l1, "level2": l2, "level3": l3, "headline": headline(l3),
+              "level1": l1, "level2": l2, "level3": l3, "level3_skipped": None if l3 else level3_skipped,
+              "headline": headline(l3),
               "seconds": round(time.perf_counter() - t0, 1), "per_episode": rows}
     out = results_path("mirabench", cfg.quick, cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -358,7 +402,7 @@ def _pct(cell: dict | None) -> str:
 def format_report(rep: dict[str, Any]) -> str:
     """The three levels side by side, as printed."""
     lines = [f"MiraBench on {rep['episodes']} held-out episodes ({rep['frames']} frames), "
-             f"{rep['config']['checkpoint'] or 'the shipped world model'}",
+             f"{rep['config']['checkpoint'] or 'the shipped world model'} ({rep.get('scene', 'classic')} scene)",
              "", "Level 1  physics adherence (pass rate over (episode, cube) pairs it applies to)",
              f"  {'indicator':28s} {'generated':>13s} {'round trip':>13s} {'true video':>13s} {'simulator':>13s} "
              f"{'confirmed':>9s}"]
@@ -390,6 +434,8 @@ def format_report(rep: dict[str, Any]) -> str:
                      f"{h['task_order_by_tcr']}, by Bias Res. {h['task_order_by_bias_res']}")
         lines.append("  MiraBench's 'action following does not guarantee failure preservation': "
                      f"{'reproduced' if h['reproduced'] else 'not reproduced'}")
+    elif rep.get("level3_skipped"):
+        lines += ["", f"Level 3  left out: {rep['level3_skipped']}"]
     lines.append(f"\n{rep['seconds']:.0f} s")
     return "\n".join(lines)
 
@@ -400,9 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="protocol and results: docs/BENCHMARKS.md")
     W.add_arguments(p, d, quick_episodes=QUICK_EPISODES, name="mirabench", shares_cache_with="idm_turing")
-    p.add_argument("--probe", default=d.probe, help="object-probe directory (default: the shipped probe)")
+    p.add_argument("--probe", default=d.probe, help="object-probe directory (default: the shipped probe of the world "
+                   "model's scene)")
     p.add_argument("--optimism", default=d.optimism,
-                   help="optimism_bias JSON of the same model for Level 3 (default: the shipped report)")
+                   help="optimism_bias JSON of the same model for Level 3 (default: the shipped report, "
+                        "benchmarks/results/optimism_bias.json, when it is of the world model's scene)")
     p.add_argument("--no-level3", dest="optimism", action="store_const", const=None, help="leave Level 3 out")
     return p
 

@@ -63,12 +63,31 @@ def generate(wm, episodes: Sequence[EvalEpisode], *, seed: int = 0, cache: str |
     return out
 
 
+def scene_and_split(checkpoint: str | Path | None, data: str | Path | None) -> tuple[str, str]:
+    """The world model's SimDROID scene and the held-out split to read: ``data``, or the scene's own split when None
+    (:func:`benchmarks.common.heldout.default_split`).  A split with no episodes (FileNotFoundError) or of another
+    scene (ValueError) is refused by name, before any world model is loaded."""
+    from neuralsim.envs.neural_droid import checkpoint_scene
+    from neuralsim.world_model.batches import data_scene
+
+    from ..common.heldout import default_split, finished_records
+
+    scene = checkpoint_scene(checkpoint)
+    data = default_split(scene) if data is None else str(data)
+    finished_records(data)
+    if data_scene(data) != scene:
+        raise ValueError(f"{data} holds {data_scene(data)}-scene episodes, the world model is trained on the {scene} "
+                         f"scene: pass --data {default_split(scene)} (or another split of that scene)")
+    return scene, data
+
+
 def add_arguments(p, defaults, *, quick_episodes: int, name: str, shares_cache_with: str) -> None:
     """The options every benchmark over these videos takes (``defaults``: its Config; ``name``: its report)."""
     from ..common.results_path import out_help
 
     p.add_argument("--checkpoint", default=None, help="world-model directory (default: the shipped model)")
-    p.add_argument("--data", default=defaults.data, help="held-out SimDROID split (default %(default)s)")
+    p.add_argument("--data", default=defaults.data, help="held-out SimDROID split (default: the world model's scene's, "
+                   "data/simdroid_heldout for classic, data/legible_heldout for legible)")
     p.add_argument("--episodes", type=int, default=defaults.episodes,
                    help="first N held-out episodes (default %(default)s)")
     p.add_argument("--seed", type=int, default=defaults.seed, help="world-model noise: episode i uses seed + i")
@@ -85,16 +104,24 @@ def cli(parser, argv, config_cls, run, format_report, name: str, errors: tuple =
     unreadable checkpoint, a missing split, a bad value, or one of ``errors``) exits 2 with the message."""
     import logging
 
+    from neuralsim.envs.neural_droid import checkpoint_scene
     from neuralsim.world_model.model import CheckpointError
 
+    from ..common.heldout import default_split
     from ..common.results_path import results_path
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     cfg = config_cls(**{k: getattr(args, k) for k in config_cls.__dataclass_fields__})
-    if not (Path(cfg.data) / "meta").is_dir():
-        parser.error(f"no held-out split at {cfg.data}; make it with: neuralsim data generate {cfg.data} "
-                     "--episodes 60 --seed 1000000 (about 80 s; add --scene legible for a legible model)")
+    try:
+        scene = checkpoint_scene(cfg.checkpoint)
+    except CheckpointError as e:
+        parser.error(str(e))
+    data = default_split(scene) if cfg.data is None else cfg.data
+    if not (Path(data) / "meta").is_dir():
+        flag = "" if scene == "classic" else f" --scene {scene}"
+        parser.error(f"no held-out split at {data}; make it with: neuralsim data generate {data} "
+                     f"--episodes 60 --seed 1000000{flag} (about 80 s)")
     try:
         rep = run(cfg)
     except (CheckpointError, FileNotFoundError, ValueError, *errors) as e:

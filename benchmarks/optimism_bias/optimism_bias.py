@@ -255,7 +255,7 @@ def measure(cfg: Config, progress: bool = True) -> dict[str, Any]:
     res = summarise(rows, families)
     config = {k: v if v is None or isinstance(v, (str, int, float, bool, list)) else repr(v)
               for k, v in asdict(cfg).items()}  # a callable judge is recorded by its repr
-    res.update(config=config, target=TARGET, seconds=time.perf_counter() - t0, rollouts=rows)
+    res.update(scene=scene, config=config, target=TARGET, seconds=time.perf_counter() - t0, rollouts=rows)
     return res
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,25 +153,124 @@ def test_tracker_on_a_true_video_and_with_the_target_painted_out(one_true_episod
     assert not I.existence(painted.area[:, target]).passed
 
 
-def test_mirabench_smoke_with_the_true_video_as_generated(one_true_episode, heldout_split, tmp_path,
-                                                          one_torch_thread):
-    """The pipeline end to end on one episode, the true video cached as the world model's (no generation)."""
-    from benchmarks.mirabench import mirabench
+def cache_true_video(cache, checkpoint, episode) -> None:
+    """Put ``episode``'s true video in the video cache as ``checkpoint``'s (the benchmark generates nothing)."""
     from benchmarks.mirabench.world_model_videos import checkpoint_hash
 
-    e = one_true_episode
-    cache = tmp_path / "videos"
-    (cache / checkpoint_hash(None)).mkdir(parents=True)
-    np.savez_compressed(cache / checkpoint_hash(None) / f"s0_{e.index}-{e.index}.npz", **{f"ep{e.index}": e.frames})
+    root = cache / checkpoint_hash(checkpoint)
+    root.mkdir(parents=True)
+    np.savez_compressed(root / f"s0_{episode.index}-{episode.index}.npz", **{f"ep{episode.index}": episode.frames})
+
+
+def test_mirabench_smoke_with_the_true_video_as_generated(request, tmp_path, one_torch_thread):
+    """The pipeline end to end on one episode of the shipped model's scene, the true video cached as the world
+    model's (no generation)."""
+    from benchmarks.common.heldout import load_split
+    from benchmarks.common.results_path import results_path
+    from benchmarks.mirabench import mirabench
+    from neuralsim.envs.neural_droid import checkpoint_scene
+
+    scene = checkpoint_scene()
+    split = request.getfixturevalue("heldout_split" if scene == "classic" else "legible_heldout_split")
+    e = load_split(split, 64, 1)[0]
+    cache_true_video(tmp_path / "videos", None, e)
     out = tmp_path / "mirabench.json"
-    rep = mirabench.run(mirabench.Config(data=str(heldout_split), episodes=1, cache=str(cache), out=str(out),
+    rep = mirabench.run(mirabench.Config(data=str(split), episodes=1, cache=str(tmp_path / "videos"), out=str(out),
                                          progress=False))
     assert json.loads(out.read_text())["episodes"] == 1
+    assert rep["scene"] == scene
     l1 = rep["level1"]
     assert l1["existence"]["generated"]["rate"] == l1["existence"]["true_video"]["rate"] == 1.0
     assert rep["level2"]["generated"]["outcome_agreement"]["rate"] == 1.0
-    assert rep["level3"] is not None and rep["headline"]["reproduced"] in (True, False)
+    shipped = json.loads(results_path("optimism_bias").read_text()).get("scene", "classic")
+    if shipped == scene:  # the shipped Level 3 report is read only when it is of the shipped model's scene
+        assert rep["level3"] is not None and rep["headline"]["reproduced"] in (True, False)
+    else:
+        assert rep["level3"] is None and f"{shipped} scene" in rep["level3_skipped"]
     assert "Level 1" in mirabench.format_report(rep)
+
+
+def test_goal_regions_are_the_scenes(one_torch_thread):
+    from benchmarks.mirabench.mirabench import goal_of
+    from neuralsim.envs.scene import get_scene
+
+    rec = {"initial_poses": {"bowl": [0.5, 0.1, 0.0], "pad": [0.4, 0.0, 0.0], "red_cube": [0.6, 0.0, 0.03]},
+           "base": "red_cube"}
+    for scene in ("classic", "legible"):
+        sc = get_scene(scene)
+        assert goal_of({**rec, "task": "put_in_bowl"}, scene)[1] == sc.bowl_half
+        assert goal_of({**rec, "task": "push_to_pad"}, scene)[1] == sc.pad_half
+        centre, half = goal_of({**rec, "task": "stack"}, scene)
+        assert half == pytest.approx(0.6 * sc.cube_size) and centre.tolist() == [0.6, 0.0]
+    assert get_scene("legible").bowl_half != get_scene("classic").bowl_half
+
+
+def test_mirabench_on_a_legible_model_follows_its_scene(tiny_legible_checkpoint, legible_heldout_split, tmp_path,
+                                                        monkeypatch, one_torch_thread):
+    """A legible world model with every default: the legible held-out split, the legible probe, the truth replayed
+    in SimDROID-v1 (which reproduces the recorded episode) and the legible goal regions."""
+    from benchmarks.common import heldout
+    from benchmarks.common.object_probe import default_dir
+    from benchmarks.common.results_path import results_path
+    from benchmarks.mirabench import mirabench
+
+    monkeypatch.setitem(heldout.SPLITS, "legible", (str(legible_heldout_split), "unused"))  # default_split's answer
+    e = heldout.load_split(legible_heldout_split, 16, 1)[0]  # the tiny model's resolution
+    truth = mirabench.truth_replay(e, "legible")
+    assert truth["xyz"].shape[1] == 2  # the legible scene's two cubes
+    assert np.allclose(truth["xyz"][-1, e.record["colors"].index(e.record["target"].removesuffix("_cube"))],
+                       e.record["final_poses"][e.record["target"]][:3], atol=1e-3)
+    scenes = {"truth": [], "goal": []}
+    real_truth, real_goal = mirabench.truth_replay, mirabench.goal_of
+    monkeypatch.setattr(mirabench, "truth_replay", lambda ep, scene: scenes["truth"].append(scene) or
+                        real_truth(ep, scene))
+    monkeypatch.setattr(mirabench, "goal_of", lambda rec, scene: scenes["goal"].append(scene) or real_goal(rec, scene))
+    report = json.loads(results_path("optimism_bias").read_text())
+    (tmp_path / "optimism.json").write_text(json.dumps({**report, "scene": "legible"}))
+    cache_true_video(tmp_path / "videos", tiny_legible_checkpoint, e)
+    rep = mirabench.run(mirabench.Config(checkpoint=str(tiny_legible_checkpoint), episodes=1,
+                                         optimism=str(tmp_path / "optimism.json"), cache=str(tmp_path / "videos"),
+                                         out=str(tmp_path / "mirabench.json"), progress=False))
+    assert rep["scene"] == "legible" and rep["config"]["data"] == str(legible_heldout_split)
+    assert (Path.cwd() / rep["config"]["probe"]).resolve() == default_dir("legible")
+    assert scenes["truth"] == ["legible"] and set(scenes["goal"]) == {"legible"}
+    row = rep["per_episode"][0]
+    assert row["true_success"] == e.record["success"]
+    assert all(len(row["level1"][src]["existence"]) == 2 for src in ("generated", "round_trip", "true_video"))
+    assert rep["level3"] is not None
+    assert "legible scene" in mirabench.format_report(rep)
+
+
+def test_mirabench_refuses_inputs_of_another_scene(tiny_legible_checkpoint, heldout_split, legible_heldout_split):
+    import re
+
+    from benchmarks.common.object_probe import default_dir
+    from benchmarks.mirabench import mirabench
+
+    legible = dict(checkpoint=str(tiny_legible_checkpoint), episodes=1, progress=False)
+    with pytest.raises(ValueError, match=re.escape(f"{heldout_split} holds classic-scene episodes, the world model "
+                                                   "is trained on the legible scene")):
+        mirabench.run(mirabench.Config(data=str(heldout_split), **legible))
+    with pytest.raises(ValueError, match="reads the classic scene, the world model the legible one"):
+        mirabench.run(mirabench.Config(data=str(legible_heldout_split), probe=str(default_dir("classic")), **legible))
+
+
+def test_level3_reads_only_a_report_of_the_models_scene(tmp_path, monkeypatch):
+    from benchmarks.common import results_path as R
+    from benchmarks.mirabench.mirabench import level3_source
+
+    monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)  # where the shipped report lives
+    shipped = tmp_path / "optimism_bias.json"
+    shipped.write_text(json.dumps({"config": {}}))  # records no scene: a classic model's
+    assert level3_source("default", "classic") == (str(shipped), None)
+    path, why = level3_source("default", "legible")  # the shipped report of another scene: left out
+    assert path is None and "is of the classic scene, the world model of the legible one" in why
+    with pytest.raises(ValueError, match="classic scene.*--no-level3"):  # ... a given one: refused
+        level3_source(str(shipped), "legible")
+    legible = tmp_path / "legible.json"
+    legible.write_text(json.dumps({"scene": "legible"}))
+    assert level3_source(str(legible), "legible") == (str(legible), None)
+    assert level3_source(None, "legible")[0] is None
 
 
 @pytest.mark.parametrize("name", ["mirabench", "idm_turing"])
@@ -182,3 +282,19 @@ def test_a_missing_split_is_refused_with_the_command_that_makes_it(name, tmp_pat
         module.main(["--data", str(tmp_path / "nothing"), "--quick", "--no-progress"])
     assert e.value.code == 2
     assert f"neuralsim data generate {tmp_path / 'nothing'} --episodes 60 --seed 1000000" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["mirabench", "idm_turing"])
+def test_a_legible_models_missing_default_split_is_named_with_its_scene(name, tiny_legible_checkpoint, tmp_path,
+                                                                         monkeypatch, capsys):
+    import importlib
+
+    from benchmarks.common import heldout
+
+    monkeypatch.setitem(heldout.SPLITS, "legible", (str(tmp_path / "legible_heldout"), "unused"))
+    module = importlib.import_module(f"benchmarks.mirabench.{name}")
+    with pytest.raises(SystemExit) as e:
+        module.main(["--checkpoint", str(tiny_legible_checkpoint), "--quick", "--no-progress"])
+    assert e.value.code == 2
+    assert (f"neuralsim data generate {tmp_path / 'legible_heldout'} --episodes 60 --seed 1000000 --scene legible"
+            in capsys.readouterr().err)

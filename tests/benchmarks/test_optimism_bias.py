@@ -159,6 +159,7 @@ def test_measure_runs_both_worlds_on_the_same_action_stream(tiny_checkpoint, tmp
     assert len(openai_server.requests) == 14  # 7 late-phase votes per perturbed rollout
     assert res["overall"]["pairwise_failure_preservation"] == 1.0
     assert len(list((tmp_path / "videos").glob("*.mp4"))) == 3
+    assert res["scene"] == "classic"  # the world model's scene: what MiraBench's Level 3 checks
     json.dumps(res)  # the whole result is JSON
 
 
