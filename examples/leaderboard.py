@@ -5,8 +5,8 @@ Usage: python examples/leaderboard.py [--episodes 6] [--steps 150]
 Each policy plays the first N shipped episodes in ONE batched world model
 (``gym.make_vec("NeuralDROID-v0", num_envs=N)``: one DiT forward pass per step for all N episodes),
 and the default judge scores every episode when it ends.  The same actions are then replayed in
-``SimDROID-v0`` for the true rubric level, so the table shows whether the world model's ranking is
-the simulator's.
+SimDROID, in the scene the world model was trained on (``SimDROID-v0`` classic, ``SimDROID-v1`` legible),
+for the true rubric level, so the table shows whether the world model's ranking is the simulator's.
 
 The policies are baselines of graded skill.  The scripted expert reads the simulator's privileged
 state, so it cannot act inside the world model directly; its actions are recorded in SimDROID
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
 
     vector_env = gym.make_vec("NeuralDROID-v0", num_envs=args.episodes, checkpoint=args.checkpoint,
                               max_episode_steps=args.steps)
-    with closing(vector_env) as env, SimDROIDEnv(image_size=64, reward_fn=None) as sim:
+    scene = vector_env.unwrapped.world_model.config.scene  # the truth: the world model's own scene
+    with closing(vector_env) as env, SimDROIDEnv(image_size=64, reward_fn=None, scene=scene) as sim:
         specs = [env.unwrapped.episodes.resolve(i) for i in range(args.episodes)]
         players: dict[str, Callable[[dict], Policy]] = {
             "expert (recorded)": recorded(sim, "expert", args.steps),

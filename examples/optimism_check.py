@@ -7,7 +7,8 @@ succeeds.  Each failure-perturbation wrapper (``neuralsim.wrappers``: weak grip,
 carry slip, contact oscillation, wrist tilt, approach overshoot) then corrupts the same plan on its way
 into the env.  The identical wrapped plan is played in both twins:
 
-* ``SimDROID-v0`` (physics) says what really happens: the perturbation makes the task fail;
+* SimDROID (physics, in the world model's scene: ``SimDROID-v0`` classic, ``SimDROID-v1`` legible) says what
+  really happens: the perturbation makes the task fail;
 * ``NeuralDROID-v0`` (the world model) is judged by the default judge at the end.
 
 A faithful world model shows the failure too; an optimistic one "succeeds" anyway.  The wrappers read
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # one horizon for both twins: the env's horizon decides when the judge runs, and both must stop at the same step
     with NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps) as world, \
-            SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=args.steps) as sim:
+            SimDROIDEnv(image_size=64, reward_fn=None, max_episode_steps=args.steps,
+                        scene=world.world_model.config.scene) as sim:
         spec = world.episodes.resolve(args.episode)
         seed, task = spec.metadata["seed"], spec.metadata["task"]
         plan = expert_plan(sim, seed, task, args.steps)

@@ -10,7 +10,8 @@ lifts again.  It has no eyes, so it will not solve the task; what the example sh
 1. ``NeuralDROIDEnv`` generates every camera frame with the shipped world model;
 2. when the episode ends, the default judge (the offline RoboWorld 0-5 judge) scores it, and the
    judgement arrives in ``info["judgement"]``;
-3. the same actions replayed in ``SimDROID-v0`` (the physics twin) give the true rubric level;
+3. the same actions replayed in SimDROID (the physics twin: the scene the world model was trained on,
+   ``SimDROID-v0`` classic or ``SimDROID-v1`` legible) give the true rubric level;
 4. both videos go side by side into one mp4.
 """
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     with NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps) as env, \
-            SimDROIDEnv(image_size=64, reward_fn=None) as sim:
+            SimDROIDEnv(image_size=64, reward_fn=None, scene=env.world_model.config.scene) as sim:
         spec = env.episodes.resolve(args.episode)
         print(f"episode {spec.name}: {spec.instruction!r}")
         result = run_episode(env, ReachAndGrasp(), seed=args.seed, options={"episode": spec.name})

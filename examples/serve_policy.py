@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     with NeuralDROIDEnv(checkpoint=args.checkpoint, max_episode_steps=args.steps) as env, \
-            SimDROIDEnv(image_size=64, reward_fn=None) as sim:
+            SimDROIDEnv(image_size=64, reward_fn=None, scene=env.world_model.config.scene) as sim:
         spec = env.episodes.resolve(args.episode)
         server = None
         if args.connect is None:

@@ -2,7 +2,8 @@
 
 Subcommands (each imports what it needs only when it runs, so ``neuralsim --help`` is instant):
 
-* ``demo``           -- one SimDROID episode with the scripted expert -> a 2x2 collage mp4;
+* ``demo``           -- one SimDROID episode with the scripted expert (in the shipped world model's scene) -> a 2x2
+  collage mp4;
 * ``data generate``  -- a SimDROID dataset with failures (:func:`neuralsim.data.generate.generate`);
 * ``data info``      -- what a dataset directory holds (SimDROID layout or the real DROID sample);
 * ``model info``     -- what a world-model checkpoint holds and how it was trained
@@ -32,6 +33,7 @@ EPILOG = """\
 examples:
   neuralsim demo --seed 0 --task put_in_bowl             # watch the scripted expert (outputs/demo/*.mp4)
   neuralsim demo --seed 3 --task stack --failure weak_grip
+  neuralsim demo --seed 0 --scene classic                # SimDROID-v0's scene (default: the shipped model's)
   neuralsim data generate data/simdroid --episodes 600 --workers 2
   neuralsim data generate data/simdroid_ood --episodes 30 --seed 2000000 --ood   # out-of-distribution split
   neuralsim data generate data/legible --episodes 600 --workers 2 --scene legible  # SimDROID-v1's scene
@@ -113,16 +115,21 @@ class DemoConfig:
     """A failure mode of the scripted expert, or None for a clean run."""
     noise: float = 0.0
     image_size: int = 64
+    scene: str | None = None
+    """SimDROID scene: ``"classic"`` (``SimDROID-v0``) or ``"legible"`` (``SimDROID-v1``); None: the scene of the
+    shipped world model (:func:`~neuralsim.envs.neural_droid.checkpoint_scene`)."""
 
 
 def _add_demo(sub) -> None:
     from .envs.experts import FAILURE_MODES  # light: MuJoCo is imported only when an env is built
+    from .envs.scene import SCENES
     from .envs.sim_droid import TASK_FAMILIES
 
     p = sub.add_parser("demo", help="run one SimDROID episode with the scripted expert and save its video",
-                       description="Run the scripted expert for one seeded SimDROID task, write the 2x2 camera "
-                                   "collage (exterior 1 | exterior 2 / wrist) as an mp4 and print the ground "
-                                   "truth (rubric level 0/2/4/5, success).")
+                       description="Run the scripted expert for one seeded SimDROID task (in the shipped world "
+                                   "model's scene unless --scene says otherwise), write the 2x2 camera collage "
+                                   "(exterior 1 | exterior 2 / wrist) as an mp4 and print the ground truth (rubric "
+                                   "level 0/2/4/5, success).")
     d = DemoConfig()
     p.add_argument("--seed", type=int, default=d.seed, help="episode seed (scene, colours, poses)")
     p.add_argument("--task", choices=TASK_FAMILIES, default=None, help="task family (default: drawn from the seed)")
@@ -131,12 +138,16 @@ def _add_demo(sub) -> None:
     p.add_argument("--failure", choices=FAILURE_MODES, default=None, help="make the expert fail this way")
     p.add_argument("--noise", type=float, default=d.noise, help="std of the expert's command noise")
     p.add_argument("--image-size", dest="image_size", type=int, default=d.image_size)
+    p.add_argument("--scene", choices=sorted(SCENES), default=d.scene,
+                   help="SimDROID scene: classic (SimDROID-v0) or legible (SimDROID-v1) (default: the shipped "
+                        "world model's scene)")
     p.set_defaults(func=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     cfg = DemoConfig(**{k: getattr(args, k) for k in DemoConfig.__dataclass_fields__})
     result = run_demo(cfg)
+    print(f"scene:        {result['scene']} ({result['env_id']})")
     print(f"instruction:  {result['instruction']}")
     print(f"rubric level: {result['rubric_level']}  success: {result['success']}  "
           f"({result['steps']} steps, expert finished: {result['expert_done']})")
@@ -145,15 +156,23 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def run_demo(cfg: DemoConfig) -> dict:
-    """Roll the scripted expert out in SimDROID and write the collage video; returns the ground truth."""
+    """Roll the scripted expert out in SimDROID (``cfg.scene``; None: the shipped world model's) and write the
+    collage video; returns the ground truth."""
     from .data.generate import run_expert
     from .envs.experts import ScriptedExpert
+    from .envs.scene import get_scene
     from .envs.sim_droid import SimDROIDEnv
     from .episode import write_video
 
     if cfg.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {cfg.steps}")
-    env = SimDROIDEnv(image_size=cfg.image_size, reward_fn=None)
+    if cfg.scene is None:
+        from .envs.neural_droid_core import checkpoint_scene
+
+        scene = get_scene(checkpoint_scene())
+    else:
+        scene = get_scene(cfg.scene)
+    env = SimDROIDEnv(image_size=cfg.image_size, reward_fn=None, scene=scene.name)
     try:
         expert = ScriptedExpert(env, noise=cfg.noise, failure=cfg.failure, seed=cfg.seed)
         r = run_expert(env, expert, cfg.seed, cfg.task, max_steps=cfg.steps)
@@ -161,10 +180,12 @@ def run_demo(cfg: DemoConfig) -> dict:
         env.close()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"simdroid_{r.info['task']}_seed{cfg.seed}" + (f"_{cfg.failure}" if cfg.failure else "") + ".mp4"
+    prefix = "simdroid" if scene.name == "classic" else f"simdroid_{scene.name}"
+    name = f"{prefix}_{r.info['task']}_seed{cfg.seed}" + (f"_{cfg.failure}" if cfg.failure else "") + ".mp4"
     path = write_video(str(out / name), r.episode.collage_frames(), fps=r.episode.fps)
-    return {"instruction": r.info["instruction"], "task": r.info["task"], "rubric_level": int(r.info["rubric_level"]),
-            "success": bool(r.info["success"]), "steps": r.steps, "expert_done": r.expert_done, "video": path}
+    return {"scene": scene.name, "env_id": scene.env_id, "instruction": r.info["instruction"], "task": r.info["task"],
+            "rubric_level": int(r.info["rubric_level"]), "success": bool(r.info["success"]), "steps": r.steps,
+            "expert_done": r.expert_done, "video": path}
 
 
 # ----------------------------------------------------------------------------- model

@@ -11,8 +11,9 @@ For every episode of the shipped episode set (or ``--names``):
 1. the policy acts in ``NeuralDROID-v0`` (the world model) from the episode's first three views;
    the env's reward function (default: the offline judge, ``roboworld:offline``) scores the finished
    episode on the RoboWorld 0-5 rubric;
-2. the very same action stream is replayed in ``SimDROID-v0`` from the same seed -- the ground truth
-   of what those actions really do -- and its rubric level is recorded;
+2. the very same action stream is replayed in SimDROID, in the scene the world model was trained on
+   (``SimDROID-v0`` classic, ``SimDROID-v1`` legible), from the same seed -- the ground truth of what those
+   actions really do -- and its rubric level is recorded;
 3. a video puts the two side by side: NeuralDROID's 2x2 collage on the left, SimDROID's on the right.
 
 The default policy ``expert-plan`` is SimDROID's scripted expert run once in the simulator and its
@@ -104,7 +105,7 @@ class EvalConfig:
     out: str = "outputs/eval"
     """Where the videos and results.json go; a run with the same options resumes there (:data:`RESUME_KEYS`)."""
     truth: bool = True
-    """Replay each action stream in SimDROID for its ground-truth rubric level."""
+    """Replay each action stream in SimDROID, in the world model's scene, for its ground-truth rubric level."""
     threads: int | None = 1
     """torch CPU threads (None: torch's default).  One world model at batch 1 gains little from a second
     thread, and two threads on a CPU another process is using ran ~18x slower here (2.5 s vs 0.14 s per step)."""
@@ -134,10 +135,12 @@ class EpisodeScore:
     """None for a finished episode; ``"Type: message"`` for one whose policy or env raised (its scores are None)."""
 
 
-def _sim_env():
+def _sim_env(scene: str = "classic"):
+    """The SimDROID twin of a world model of SimDROID's ``scene`` (``"classic"``: ``SimDROID-v0``, ``"legible"``:
+    ``SimDROID-v1``), at the world model's 64x64."""
     from neuralsim.envs.sim_droid import SimDROIDEnv
 
-    return SimDROIDEnv(image_size=64, reward_fn=None)
+    return SimDROIDEnv(image_size=64, reward_fn=None, scene=scene)
 
 
 def expert_plan(sim, seed: int, task: str, max_steps: int, settle_steps: int = 5) -> np.ndarray:
@@ -211,6 +214,7 @@ def evaluate(cfg: EvalConfig) -> list[EpisodeScore]:
         PolicyConnectionError: the policy server cannot be reached at the start.
     """
     from neuralsim.envs.neural_droid import NeuralDROIDEnv
+    from neuralsim.envs.scene import get_scene, scene_of
 
     from . import make_policy
 
@@ -245,9 +249,13 @@ def evaluate(cfg: EvalConfig) -> list[EpisodeScore]:
                                   f"got {cfg.episodes}")
         names = list(cfg.names) or env.episodes.names[: cfg.episodes]
         specs = [env.episodes.resolve(n) for n in names]
-        if cfg.policy == EXPERT_PLAN and any(s.metadata.get("source") != "SimDROID-v0" for s in specs):
-            raise EvalConfigError("policy 'expert-plan' needs SimDROID episode specs (metadata source 'SimDROID-v0')")
-        sim = _sim_env() if cfg.truth or cfg.policy == EXPERT_PLAN else None
+        scene = get_scene(env.world_model.config.scene)  # the truth is the scene the world model was trained on
+        if cfg.policy == EXPERT_PLAN:
+            other = [s.name for s in specs if scene_of(s.metadata, None) != scene.name]
+            if other:
+                raise EvalConfigError(f"policy 'expert-plan' needs SimDROID episode specs of the world model's scene "
+                                      f"{scene.name!r} (metadata source {scene.env_id!r}); {other[:3]} are not")
+        sim = _sim_env(scene.name) if cfg.truth or cfg.policy == EXPERT_PLAN else None
         todo = [(i, spec) for i, spec in enumerate(specs)
                 if (spec.name, cfg.seed + i) not in rows or rows[spec.name, cfg.seed + i].error is not None]
         if len(todo) < len(specs):
@@ -275,7 +283,11 @@ def evaluate(cfg: EvalConfig) -> list[EpisodeScore]:
 
 
 def _episode(cfg: EvalConfig, env, sim, policy, spec, seed: int, video: Path) -> tuple[EpisodeScore, Exception | None]:
-    """Play, judge, replay in SimDROID and film one episode; a policy or env error fails the episode, not the run."""
+    """Play, judge, replay in SimDROID and film one episode; a policy or env error fails the episode, not the run.
+
+    The replay runs where the spec is a SimDROID layout of ``sim``'s scene (one of another scene, or no SimDROID
+    layout, has no ground truth here)."""
+    from neuralsim.envs.scene import scene_of
     from neuralsim.episode import write_video
 
     t0 = time.perf_counter()
@@ -291,7 +303,7 @@ def _episode(cfg: EvalConfig, env, sim, policy, spec, seed: int, video: Path) ->
         log.warning("episode %s failed after %d steps: %s: %s", spec.name, result.steps if result else 0,
                     type(e).__name__, e)
     sim_level, sim_episode = None, None
-    if cfg.truth and meta.get("source") == "SimDROID-v0" and result is not None:
+    if cfg.truth and sim is not None and scene_of(meta, None) == sim.scene.name and result is not None:
         info, sim_episode = replay_in_sim(sim, meta["seed"], meta["task"], result.actions)
         sim_level = None if error is not None else int(info["rubric_level"])  # a failed episode has no scores
     path = None
@@ -440,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="world-model noise seed of the first episode (default %(default)s)")
     p.add_argument("--out", default=d.out, help="directory for the videos and results.json; the same command run "
                    "again resumes there, keeping finished episodes (default %(default)s)")
-    p.add_argument("--no-truth", dest="truth", action="store_false", help="skip the SimDROID replay")
+    p.add_argument("--no-truth", dest="truth", action="store_false",
+                   help="skip the SimDROID replay (in the world model's scene: SimDROID-v0 classic, v1 legible)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (default 1)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p

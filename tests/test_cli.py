@@ -43,6 +43,22 @@ def test_demo_writes_a_video(tmp_path, capsys):
     assert len(videos) == 1 and videos[0].stat().st_size > 0 and str(videos[0]) in out
 
 
+def test_demo_runs_in_the_shipped_world_models_scene_unless_told(tmp_path, capsys, monkeypatch):
+    from neuralsim.cli import build_parser
+    from neuralsim.envs import neural_droid_core
+
+    parser = build_parser(full_train=False)
+    assert parser.parse_args(["demo"]).scene is None  # None: the shipped world model's scene, read when it runs
+    assert parser.parse_args(["demo", "--scene", "classic"]).scene == "classic"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["demo", "--scene", "moon"])
+    capsys.readouterr()
+    monkeypatch.setattr(neural_droid_core, "checkpoint_scene", lambda checkpoint=None: "legible")  # a legible model
+    assert main(["demo", "--seed", "1", "--task", "stack", "--steps", "3", "--out", str(tmp_path)]) == 0
+    assert "scene:        legible (SimDROID-v1)" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.glob("*.mp4")] == ["simdroid_legible_stack_seed1.mp4"]
+
+
 def test_missing_dataset_is_a_clear_error(tmp_path, capsys):
     assert main(["data", "info", str(tmp_path / "nope")]) == 1
     assert "does not exist" in capsys.readouterr().err

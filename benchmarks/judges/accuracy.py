@@ -8,7 +8,9 @@ Scores every labelled episode of a SimDROID dataset directory (``meta/episodes.j
 final ``rubric_level`` + ``videos/<view>/episode_XXXXXX.mp4``) with the named judge -- the offline
 judge or any VLM judge (``roboworld:openai/gpt-4o`` ...) -- and prints exact and within-1
 accuracy, overall and per group (e.g. ``family`` or a ``source`` field that tells SimDROID
-rollouts from world-model rollouts).  Failed judgements count as wrong and are reported.
+rollouts from world-model rollouts).  Failed judgements count as wrong and are reported.  The default offline
+judge reads each episode with the shipped judge of the dataset's SimDROID scene (``meta/info.json``
+``generation.scene``; classic where none is recorded), which the result records as ``scene``.
 
 One report holds every judge on every dataset: ``benchmarks/results/judge_accuracy.json`` (``--out`` another
 file), ``{"benchmark": "judge_accuracy", "runs": {"<judge> on <data>": result}}``; a run replaces its own entry
@@ -27,6 +29,7 @@ from pathlib import Path
 from judges.offline.dataset import iter_episodes, read_episode_index
 from judges.offline.evaluate import grouped_accuracy, level_accuracy
 from judges.registry import RUBRIC_OF_FAMILY, make_judge
+from neuralsim.data.reader import dataset_scene
 
 from ..common.results_path import results_path
 
@@ -63,7 +66,8 @@ def run(args: Args) -> dict:
             failures.append({"episode_index": ep.metadata["episode_index"], "error": j.error})
     overall = level_accuracy(truth, preds, 6 if family == "roboworld" else 2)
     result = {
-        "benchmark": "judge_accuracy", "judge": args.judge, "data": str(args.data), "n": len(rows),
+        "benchmark": "judge_accuracy", "judge": args.judge, "data": str(args.data), "scene": dataset_scene(args.data),
+        "n": len(rows),
         "overall": overall, "seconds": time.time() - t0, "failures": failures[:50],
         "usage": getattr(getattr(judge, "usage", None), "to_dict", lambda: None)(),
     }

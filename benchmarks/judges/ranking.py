@@ -1,7 +1,7 @@
 """Does a judge rank policies as the ground truth does?  Policies of graded skill, closed loop in SimDROID.
 
 Usage:
-    python -m benchmarks.judges.ranking --episodes 12                   # the shipped judge, SimDROID-v0
+    python -m benchmarks.judges.ranking --episodes 12                   # the shipped judge, the shipped model's scene
     python -m benchmarks.judges.ranking --scene legible --judge roboworld:offline/runs/judge --quick
 
 Each policy of a graded set -- the scripted expert at noise 0, 0.3, 0.6 and 0.9, the expert with each of its
@@ -11,7 +11,8 @@ the same initial states (seeds ``seed0 + i``, task families in turn).  Every fin
 the episode-level accuracy (exact level, within one) and the agreement of the policy ranking: Pearson and Spearman
 between each policy's mean judged level and its mean true level, over all policies and over the scripted ones
 (the policies that move the arm with intent).  This isolates the judge: the frames are the simulator's, so a world
-model plays no part.  Writes ``benchmarks/results/judge_ranking[_<scene>].json``.
+model plays no part.  The scene (``--scene``) defaults to the one the shipped world model was trained on.  Writes
+``benchmarks/results/judge_ranking.json`` (classic, ``SimDROID-v0``) or ``judge_ranking_<scene>.json``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Args:
-    scene: str = "classic"
+    scene: str | None = None
+    """SimDROID scene (``"classic"``, ``"legible"``); None: the shipped world model's
+    (:func:`~neuralsim.envs.neural_droid.checkpoint_scene`)."""
     judges: list[str] = field(default_factory=lambda: ["roboworld:offline"])
     episodes: int = 12
     seed0: int = HELDOUT_SEED0
@@ -79,7 +82,8 @@ def run(args: Args) -> dict:
         if unknown:
             raise ValueError(f"unknown policies {unknown}; the graded set is {sorted(known)}")
         chosen = [p for p in chosen if p[0] in args.policies]
-    env_id = get_scene(args.scene).env_id
+    scene = args.scene or default_scene()
+    env_id = get_scene(scene).env_id
     env = gym.make(env_id, reward_fn="ground_truth")
     from tqdm import tqdm
 
@@ -130,10 +134,22 @@ def run(args: Args) -> dict:
             "exact": float(np.mean([round(j) == t for j, t in pairs if j is not None])) if scored else None,
             "within_1": float(np.mean([abs(j - t) <= 1 for j, t in scored])) if scored else None,
             "all": _rank_stats(flat), "scripted": _rank_stats(scripted)}
-    report = {"benchmark": "judge_ranking", "scene": args.scene, "env_id": env_id, "episodes_per_policy": args.episodes,
+    report = {"benchmark": "judge_ranking", "scene": scene, "env_id": env_id, "episodes_per_policy": args.episodes,
               "seed0": args.seed0, "judges": summary, "policies": policies, "per_episode": episodes,
               "seconds": round(time.time() - t0, 1)}
     return report
+
+
+def default_scene() -> str:
+    """The scene the ranking runs in by default: the shipped world model's."""
+    from neuralsim.envs.neural_droid import checkpoint_scene
+
+    return checkpoint_scene()
+
+
+def results_name(scene: str) -> str:
+    """The report's file name stem: ``judge_ranking`` (classic) or ``judge_ranking_<scene>``."""
+    return "judge_ranking" if scene == "classic" else f"judge_ranking_{scene}"
 
 
 def print_report(report: dict) -> None:
@@ -154,8 +170,12 @@ def print_report(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from neuralsim.envs.scene import SCENES
+
     p = argparse.ArgumentParser(prog="python -m benchmarks.judges.ranking", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scene", default="classic", help="SimDROID scene: classic (SimDROID-v0, default) or legible")
+    p.add_argument("--scene", choices=sorted(SCENES), default=None,
+                   help="SimDROID scene: classic (SimDROID-v0) or legible (SimDROID-v1); default: the shipped world "
+                        "model's scene")
     p.add_argument("--judge", dest="judges", action="append", default=None,
                    help="judge spec, repeatable (default roboworld:offline); e.g. roboworld:offline/PATH")
     p.add_argument("--episodes", type=int, default=12, help="episodes per policy (default 12)")
@@ -163,16 +183,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--policy", dest="policies", action="append", default=None,
                    help="only this policy of the graded set (repeatable)")
     p.add_argument("--quick", action="store_true", help="3 episodes per policy")
-    p.add_argument("--out", default=None, help=out_help("judge_ranking_<scene>"))
+    p.add_argument("--out", default=None, help=out_help("judge_ranking[_<scene>]"))
     p.add_argument("--no-progress", dest="progress", action="store_false")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    args = Args(scene=a.scene, judges=a.judges or ["roboworld:offline"], episodes=3 if a.quick else a.episodes,
-                seed0=a.seed0, policies=a.policies, out=a.out, quick=a.quick, progress=a.progress)
+    args = Args(scene=a.scene or default_scene(), judges=a.judges or ["roboworld:offline"],
+                episodes=3 if a.quick else a.episodes, seed0=a.seed0, policies=a.policies, out=a.out, quick=a.quick,
+                progress=a.progress)
     report = run(args)
     print_report(report)
-    name = "judge_ranking" if args.scene == "classic" else f"judge_ranking_{args.scene}"
-    path = results_path(name, quick=args.quick, out=args.out)
+    path = results_path(results_name(report["scene"]), quick=args.quick, out=args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"JSON: {path}")

@@ -4,12 +4,14 @@ Usage:
     python -m benchmarks.optimism_bias.perturbation_guarantee --episodes 30           # 30 seeded episodes per family
     python -m benchmarks.optimism_bias.perturbation_guarantee --quick                 # 4 per family, a few minutes
     python -m benchmarks.optimism_bias.perturbation_guarantee --episodes 30 --replay  # also open-loop replay
+    python -m benchmarks.optimism_bias.perturbation_guarantee --scene classic         # SimDROID-v0's scene
 
 Each family is run on the task families it applies to (``task_families`` of its wrapper: the grasp
 families do not apply to pushing, where the gripper is a closed pusher): episode ``i`` uses seed
 ``seed0 + i`` and the ``i``-th of those task families round-robin; ``--other-episodes`` more per
 remaining task family are run and reported, not counted.  For every (seed, task) the clean scripted
-expert runs the full horizon (150 steps) in SimDROID; then, with the same seed, it runs again with
+expert runs the full horizon (150 steps) in SimDROID (``--scene``; default: the scene the shipped world model
+was trained on, ``SimDROID-v0`` classic or ``SimDROID-v1`` legible); then, with the same seed, it runs again with
 the family at ``--severity`` (default 0.5) between it and the env: it acts closed-loop on what it
 sees, the wrapper corrupts what reaches the arm.  ``--replay`` also replays the clean expert's
 recorded actions open loop through the wrapper (what the optimism-bias benchmark feeds the world
@@ -17,8 +19,8 @@ model).  The verdict is the simulator's ``success`` at the end of the episode.
 
 Criterion: per family, the perturbed failure rate is >= 90%, also counted only over the episodes the
 clean expert solves, while the clean expert succeeds in >= 90% of the same seeds.  Writes
-``benchmarks/results/perturbation_guarantee.json`` (``--quick``: ``perturbation_guarantee_quick.json``) and prints
-a table.
+``benchmarks/results/perturbation_guarantee.json`` (the legible scene: ``perturbation_guarantee_legible.json``;
+``--quick`` adds ``_quick``) and prints a table.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class Config:
     """Also replay the clean expert's actions open loop through each wrapper."""
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Extra constructor arguments per family (for exploring designs)."""
+    scene: str | None = None
+    """SimDROID scene (``"classic"``: ``SimDROID-v0``, ``"legible"``: ``SimDROID-v1``); None: the shipped world
+    model's (:func:`~neuralsim.envs.neural_droid.checkpoint_scene`)."""
     out: str = str(RESULTS)
 
 
@@ -84,12 +89,14 @@ def _run(env, seed: int, task: str, actions: np.ndarray | None = None):
 def measure(cfg: Config) -> dict:
     import gymnasium as gym
 
-    import neuralsim  # noqa: F401  (registers SimDROID-v0)
+    import neuralsim  # noqa: F401  (registers the SimDROID envs)
+    from neuralsim.envs.scene import get_scene
     from neuralsim.envs.sim_droid import TASK_FAMILIES
     from neuralsim.wrappers import PERTURBATIONS, apply_perturbation
 
     families = cfg.families or list(PERTURBATIONS)
-    base = gym.make("SimDROID-v0")
+    scene = get_scene(cfg.scene or default_scene())
+    base = gym.make(scene.env_id)
     t0 = time.perf_counter()
     nominal: dict[tuple[int, str], dict] = {}
     plans: dict[tuple[int, str], np.ndarray] = {}
@@ -119,9 +126,22 @@ def measure(cfg: Config) -> dict:
             rows[f"{name}/{mode}"] = _summarise(name, mode, applies, eps, [nominal[e["seed"], e["task"]] for e in eps])
     base.close()
     everything = list(nominal.values())
-    return {"config": {k: v for k, v in vars(cfg).items() if k != "out"}, "target": TARGET,
+    config = {**{k: v for k, v in vars(cfg).items() if k != "out"}, "scene": scene.name}
+    return {"config": config, "env_id": scene.env_id, "target": TARGET,
             "nominal": _summarise("clean", "closed_loop", list(TASK_FAMILIES), everything, everything),
             "rows": rows, "seconds": time.perf_counter() - t0}
+
+
+def default_scene() -> str:
+    """The scene measured by default: the one the shipped world model was trained on."""
+    from neuralsim.envs.neural_droid import checkpoint_scene
+
+    return checkpoint_scene()
+
+
+def results_name(scene: str) -> str:
+    """The report's file name stem: ``perturbation_guarantee`` (classic) or ``perturbation_guarantee_<scene>``."""
+    return "perturbation_guarantee" if scene == "classic" else f"perturbation_guarantee_{scene}"
 
 
 def _summarise(name: str, mode: str, applies: list[str], eps: list[dict], nominal: list[dict]) -> dict:
@@ -160,7 +180,8 @@ def print_table(res: dict) -> None:
     from neuralsim.envs.sim_droid import TASK_FAMILIES
 
     nom = res["nominal"]
-    print(f"clean expert: success {_f(nom['nominal_success_rate'])} over {nom['episodes']} episodes ("
+    print(f"{res.get('env_id', 'SimDROID-v0')}, clean expert: success {_f(nom['nominal_success_rate'])} over "
+          f"{nom['episodes']} episodes ("
           + ", ".join(f"{t} {_f(c['nominal_success_rate'])}/{c['episodes']}" for t, c in nom["per_task"].items()) + ")")
     head = f"{'family':20s} {'mode':11s} {'fail':>5s} {'f|ok':>5s} {'clean':>5s} {'n':>3s} {'pass':>4s}  " + \
         "  ".join(f"{t:>12s}" for t in TASK_FAMILIES)
@@ -181,6 +202,8 @@ def print_table(res: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from neuralsim.envs.scene import SCENES
+
     p = argparse.ArgumentParser(prog="python -m benchmarks.optimism_bias.perturbation_guarantee", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=30)
@@ -191,11 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--other-episodes", type=int, default=4,
                    help="episodes per task family a family does not apply to (reported only)")
     p.add_argument("--quick", action="store_true", help="4 episodes per family, closed loop only")
-    p.add_argument("--out", default=None, help=out_help("perturbation_guarantee"))
+    p.add_argument("--scene", choices=sorted(SCENES), default=None,
+                   help="SimDROID scene: classic (SimDROID-v0) or legible (SimDROID-v1); default: the shipped world "
+                        "model's scene")
+    p.add_argument("--out", default=None, help=out_help("perturbation_guarantee[_<scene>]"))
     a = p.parse_args(argv)
-    a.out = str(results_path("perturbation_guarantee", a.quick, a.out))
+    scene = a.scene or default_scene()
+    a.out = str(results_path(results_name(scene), a.quick, a.out))
     cfg = Config(episodes=4 if a.quick else a.episodes, other_episodes=0 if a.quick else a.other_episodes,
-                 severity=a.severity, seed0=a.seed, families=a.families, replay=a.replay and not a.quick, out=a.out)
+                 severity=a.severity, seed0=a.seed, families=a.families, replay=a.replay and not a.quick, scene=scene,
+                 out=a.out)
     res = measure(cfg)
     Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
     Path(cfg.out).write_text(json.dumps(res, indent=2))

@@ -5,9 +5,12 @@ Usage:
     python -m benchmarks.policy_success.expert_success --quick                  # 5 per family, clean only
     python -m benchmarks.policy_success.expert_success --scene legible          # SimDROID-v1's scene
 
+The scene defaults to the one the shipped world model was trained on (``SimDROID-v0`` classic, ``SimDROID-v1``
+legible).
+
 Seeds are ``seed0 + i``; the verdict is the simulator's ground truth at the end of the episode.
-Writes ``benchmarks/results/expert_success.json`` (``--scene legible``: ``expert_success_legible.json``; ``--quick``
-adds ``_quick``) and prints a table.
+Writes ``benchmarks/results/expert_success.json`` (the classic scene) or ``expert_success_legible.json`` (the
+legible one; ``--quick`` adds ``_quick``) and prints a table.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from ..common.results_path import out_help, results_path
 
 
 def measure(episodes: int, failures: list[str | None], seed0: int = 0, noise: float = 0.0,
-            scene: str = "classic") -> dict:
+            scene: str | None = None) -> dict:
+    """The experts' success per (failure mode, task family) in SimDROID's ``scene`` (None: the shipped world
+    model's, :func:`default_scene`)."""
     from neuralsim.envs.experts import run_expert_episode
     from neuralsim.envs.sim_droid import TASK_FAMILIES, SimDROIDEnv
 
+    scene = scene or default_scene()
     env = SimDROIDEnv(scene=scene)
     rows = {}
     t0 = time.perf_counter()
@@ -53,8 +59,21 @@ def measure(episodes: int, failures: list[str | None], seed0: int = 0, noise: fl
             "seconds": seconds, "steps_per_second": total_steps / seconds}
 
 
+def default_scene() -> str:
+    """The scene measured by default: the one the shipped world model was trained on."""
+    from neuralsim.envs.neural_droid import checkpoint_scene
+
+    return checkpoint_scene()
+
+
+def results_name(scene: str) -> str:
+    """The report's file name stem: ``expert_success`` (classic) or ``expert_success_<scene>``."""
+    return "expert_success" if scene == "classic" else f"expert_success_{scene}"
+
+
 def main(argv: list[str] | None = None) -> int:
     from neuralsim.envs.experts import FAILURE_MODES
+    from neuralsim.envs.scene import SCENES
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.policy_success.expert_success", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.0)
     p.add_argument("--failures", action="store_true", help="also run every failure mode")
     p.add_argument("--quick", action="store_true", help="5 episodes per family, clean only")
-    p.add_argument("--scene", choices=("classic", "legible"), default="classic",
-                   help="SimDROID scene: classic (SimDROID-v0, default) or legible (SimDROID-v1)")
-    p.add_argument("--out", default=None, help=out_help("expert_success"))
+    p.add_argument("--scene", choices=sorted(SCENES), default=None,
+                   help="SimDROID scene: classic (SimDROID-v0) or legible (SimDROID-v1); default: the shipped world "
+                        "model's scene")
+    p.add_argument("--out", default=None, help=out_help("expert_success[_<scene>]"))
     a = p.parse_args(argv)
-    name = "expert_success" if a.scene == "classic" else f"expert_success_{a.scene}"
-    a.out = str(results_path(name, a.quick, a.out))
+    a.scene = a.scene or default_scene()
+    a.out = str(results_path(results_name(a.scene), a.quick, a.out))
     episodes = 5 if a.quick else a.episodes
     failures = [None] + (list(FAILURE_MODES) if a.failures and not a.quick else [])
     res = measure(episodes, failures, a.seed, a.noise, a.scene)

@@ -239,7 +239,8 @@ def write_html(summary: dict, out: Path, images: dict[str, str]) -> Path:
              f"<p>{len(summary['policies'])} policies &times; {summary['episodes_per_policy']} episodes, closed loop "
              f"in NeuralDROID-v0 (world model <code>{e(str(summary['world_model']))}</code>), scored by "
              f"<code>{e(summary['judge'])}</code>; the same policies from the same initial states closed loop in "
-             f"SimDROID-v0, scored by ground truth. {summary['failed_episodes']} failed and "
+             f"{e(summary.get('truth_env', 'SimDROID-v0'))}, scored by ground truth. "
+             f"{summary['failed_episodes']} failed and "
              f"{summary['unjudged_episodes']} unjudged episodes.</p>",
              "" if not summary.get("incomplete") else
              f"<p class='fail'>Incomplete run: episodes recorded "

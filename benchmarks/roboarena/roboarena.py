@@ -606,12 +606,14 @@ def summarise(cfg: RoboArenaConfig, rows: list[dict]) -> dict:
         t["rank_judged"], t["rank_true"] = rj, rt
     head = comparisons["world_model"]
     n_rows = sum(len(v) for v in by_policy.values())
+    truth_env = _truth_env(cfg.checkpoint)
     return {
         "benchmark": "roboarena", "policies": list(cfg.policies), "episodes_per_policy": cfg.episodes,
         "pearson": head["pearson"], "spearman": head["spearman"], "pearson_ci95": head["pearson_ci95"],
         "spearman_ci95": head["spearman_ci95"], "mmrv": comparisons["world_model_success"]["mmrv"],
         "judge": cfg.judge, "binary_judge": cfg.binary_judge, "world_model": _world_model_name(cfg.checkpoint),
-        "truth": "SimDROID-v0 rubric level (0-5) and success, closed loop from the same initial states",
+        "truth": f"{truth_env} rubric level (0-5) and success, closed loop from the same initial states",
+        "truth_env": truth_env,
         "rows": table, "comparisons": comparisons,
         "decomposition": _decomposition(comparisons, table),
         "incomplete": {t["policy"]: t["episodes"] for t in table if t["episodes"] < cfg.episodes},
@@ -668,6 +670,18 @@ def _repo_relative(path: Path) -> str:
         return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[2]))
     except ValueError:
         return str(path)
+
+
+def _truth_env(checkpoint: str | None) -> str:
+    """The ground truth's env id: the SimDROID env of the world model's scene (``SimDROID-v0`` classic,
+    ``SimDROID-v1`` legible)."""
+    from neuralsim.envs.neural_droid_core import checkpoint_scene
+    from neuralsim.envs.scene import get_scene
+
+    try:
+        return get_scene(checkpoint_scene(checkpoint)).env_id
+    except Exception:  # noqa: BLE001 -- the label is informative only (the checkpoint may be gone)
+        return "SimDROID"
 
 
 def _world_model_name(checkpoint: str | None) -> str:

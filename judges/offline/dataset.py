@@ -3,7 +3,9 @@
 Only two things are needed: ``meta/episodes.jsonl`` (one JSON object per episode with
 ``episode_index``, the instruction under ``task`` or ``instruction``, and the final rubric level
 under ``rubric_level``) and one mp4 per view, ``videos/<view_name>/episode_XXXXXX.mp4``.
-``meta/info.json`` supplies ``fps`` (default 15).  When the per-step parquet file
+``meta/info.json`` supplies ``fps`` (default 15) and the SimDROID scene (``generation.scene``, default classic),
+which every row carries as ``scene`` unless it names its own, so the default offline judge reads each episode
+with its scene's weights.  When the per-step parquet file
 ``data/episode_XXXXXX.parquet`` has a ``ground_truth.rubric_level`` column (the level so far at
 every frame, as ``neuralsim data generate`` writes it), that column is read too: training uses it
 as extra per-frame supervision.
@@ -37,12 +39,16 @@ class LabelledEpisode:
 
 
 def read_episode_index(root: str | Path) -> list[dict[str, Any]]:
-    """The rows of ``meta/episodes.jsonl`` that carry a rubric level, with normalised keys."""
+    """The rows of ``meta/episodes.jsonl`` that carry a rubric level, with normalised keys (and the dataset's
+    ``scene``)."""
+    from neuralsim.data.reader import dataset_scene
+
     root = Path(root)
     path = root / "meta" / "episodes.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{str(root)!r} is not a SimDROID dataset: {str(path)!r} is missing "
                                 "(generate one with `neuralsim data generate`)")
+    scene = dataset_scene(root)
     rows = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
@@ -57,7 +63,7 @@ def read_episode_index(root: str | Path) -> list[dict[str, Any]]:
         if "episode_index" not in row or instr is None:
             raise ValueError(f"{path}:{n}: needs episode_index and an instruction ({INSTRUCTION_KEYS}), got keys "
                              f"{sorted(row)}")
-        rows.append({**row, "episode_index": int(row["episode_index"]), "instruction": instr,
+        rows.append({"scene": scene, **row, "episode_index": int(row["episode_index"]), "instruction": instr,
                      "rubric_level": int(level)})
     return rows
 

@@ -42,7 +42,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from judges.offline import DEFAULT_WEIGHTS_DIR
+from judges.offline import default_weights_dir
 from judges.offline.dataset import (
     final_goal_offset,
     heldout_keys,
@@ -74,7 +74,8 @@ class TrainConfig:
 
     Attributes:
         data: dataset directories; episodes from all are pooled (each split into train/held-out).
-        out: where the best checkpoint goes.
+        out: where the best checkpoint goes; None: the shipped judge of the training data's SimDROID scene
+            (:func:`default_out`: ``judges/offline/weights/roboworld_progress`` classic, ``..._legible`` legible).
         epochs: passes over the training episodes.
         batch_size: episodes per step.
         lr: AdamW peak learning rate (cosine decay after a 5 % warm-up).
@@ -107,7 +108,7 @@ class TrainConfig:
     """
 
     data: list[str]
-    out: str = str(DEFAULT_WEIGHTS_DIR)
+    out: str | None = None
     epochs: int = 30
     batch_size: int = 16
     lr: float = 1e-3
@@ -275,8 +276,27 @@ def _predict(model: OfflineJudgeModel, items: list, batch_size: int, device: str
     return preds
 
 
+def default_out(data: list[str]) -> Path:
+    """Where a judge trained on ``data`` goes by default: the shipped judge of the datasets' SimDROID scene
+    (their ``meta/info.json`` ``generation.scene``, classic where none is recorded).
+
+    Raises:
+        ValueError: the datasets are of different scenes (name the output with ``out``).
+    """
+    from neuralsim.world_model.batches import data_scene
+
+    try:
+        scene = data_scene(",".join(str(d) for d in data))
+    except ValueError as e:
+        raise ValueError(f"{e}; pass --out to say where this judge goes") from None
+    return default_weights_dir(scene or "classic")
+
+
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Train, keep the best held-out checkpoint in ``cfg.out``, return the metrics dict."""
+    """Train, keep the best held-out checkpoint in ``cfg.out`` (None: :func:`default_out`), return the metrics."""
+    if cfg.out is None:
+        cfg = replace(cfg, out=str(default_out(cfg.data)))
+        logger.info("the judge goes to %s (the shipped judge of the data's scene)", cfg.out)
     if cfg.num_threads is not None:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
@@ -390,7 +410,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p = argparse.ArgumentParser(prog="python -m judges.offline.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", action="append", required=True, help="dataset directory (repeatable)")
-    p.add_argument("--out", default=str(DEFAULT_WEIGHTS_DIR))
+    p.add_argument("--out", default=None,
+                   help="where the judge goes (default: the shipped judge of the --data's SimDROID scene, "
+                        "judges/offline/weights/roboworld_progress for classic, roboworld_progress_legible for "
+                        "legible)")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-3)

@@ -19,7 +19,9 @@ The output is a dataset directory in the same layout as ``neuralsim data generat
 ``source_episode_index``, which keeps a scene and its replay on the same side of the training
 split) and records ``source: "world_model"``, the checkpoint and the world-model noise seed; the
 source's per-frame ``ground_truth.*`` columns (rubric level, success, target distance) are copied too
-(frame t of the replay shows the same simulator state as frame t of the source).
+(frame t of the replay shows the same simulator state as frame t of the source).  The world model and the source
+dataset must be of one SimDROID scene; a model of the legible scene records it as the output's ``generation.scene``,
+so its replays are read, and judged, as legible episodes.
 Re-running resumes: episodes already listed in ``meta/episodes.jsonl`` are skipped.
 
 Episodes run ``batch_size`` at a time in one batched world model (:class:`NeuralDROIDVectorEnv`);
@@ -85,12 +87,17 @@ class ReplayConfig:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
 
 
-def _prepare_out(cfg: ReplayConfig, image_size: int) -> set[int]:
-    """Write ``meta/info.json`` for a new output, or check a resumed one; returns indices already done."""
+def _prepare_out(cfg: ReplayConfig, image_size: int, scene: str = "classic") -> set[int]:
+    """Write ``meta/info.json`` for a new output, or check a resumed one; returns indices already done.
+
+    ``scene`` (the world model's SimDROID scene) is recorded as ``generation.scene`` where it is not classic, so the
+    replays read, and are judged, as episodes of that scene."""
     from neuralsim.data import writer as W
 
     params = {"source_data": str(Path(cfg.data).resolve()), "checkpoint": str(Path(cfg.checkpoint).resolve()),
               "replay": "open-loop recorded actions from the first frame"}
+    if scene != "classic":
+        params["scene"] = scene
     info = W.read_info(cfg.out)
     if info is None:
         info = W.new_info(image_size, generation=params)
@@ -129,8 +136,13 @@ def replay(cfg: ReplayConfig) -> dict[str, Any]:
     from neuralsim.data import writer as W
     from neuralsim.data.reader import list_episodes, load_episode
     from neuralsim.envs.episodes import EpisodeSet, EpisodeSpec
-    from neuralsim.envs.neural_droid import NeuralDROIDVectorEnv
+    from neuralsim.envs.neural_droid import NeuralDROIDVectorEnv, checkpoint_scene
+    from neuralsim.world_model.batches import data_scene
 
+    scene, source_scene = checkpoint_scene(cfg.checkpoint), data_scene(str(cfg.data)) or "classic"
+    if source_scene != scene:
+        raise ValueError(f"{cfg.data!r} holds episodes of SimDROID's {source_scene!r} scene but the world model "
+                         f"{cfg.checkpoint!r} was trained on {scene!r}; replay a dataset of the model's scene")
     if cfg.num_threads is not None:
         torch.set_num_threads(cfg.num_threads)
     sources = sorted((r for r in list_episodes(cfg.data) if r.get("rubric_level") is not None),
@@ -144,7 +156,7 @@ def replay(cfg: ReplayConfig) -> dict[str, Any]:
     env = NeuralDROIDVectorEnv(num_envs=n_envs, checkpoint=cfg.checkpoint, reward_fn=None, device=cfg.device,
                                max_episode_steps=None, episodes=EpisodeSet([EpisodeSpec.from_episode(first)]))
     size = env.world_model.config.autoencoder.image_size
-    done = _prepare_out(cfg, size)
+    done = _prepare_out(cfg, size, scene)
     todo = [r for r in sources if int(r["episode_index"]) not in done]
     queue = iter(todo)
     bar = tqdm(total=len(todo), disable=not cfg.progress, desc="world-model replays", unit="ep")

@@ -126,6 +126,17 @@ def _simdroid_records(root: Path, split: str | None) -> list[dict[str, Any]]:
     return records
 
 
+def dataset_scene(root: str | Path) -> str:
+    """The SimDROID scene a dataset's episodes show: its ``meta/info.json`` ``generation.scene`` (``"classic"``,
+    ``SimDROID-v0``, where none is recorded: every dataset written before scenes existed)."""
+    path = Path(root) / INFO_PATH
+    return _info_scene(_read_json(path) if path.is_file() else {})
+
+
+def _info_scene(info: dict) -> str:
+    return (info.get("generation") or {}).get("scene", "classic")
+
+
 def _droid_real_records(root: Path, split: str | None) -> list[dict[str, Any]]:
     if split is not None and split not in DROID_REAL_SPLITS:
         raise DatasetError(f"split {split!r} is not one of the real DROID sample's {DROID_REAL_SPLITS} (or None)")
@@ -179,6 +190,8 @@ class LoadedEpisode:
     actions: np.ndarray  # (T, 8) float32: action after frame t (SimDROID: last row = hold)
     fps: float
     record: dict
+    """The episode's record (:func:`list_episodes`); a SimDROID one carries its dataset's ``scene``
+    (:func:`dataset_scene`) unless it names its own, so :meth:`to_episode`'s metadata says which scene it shows."""
     objects: "ObjectState | None" = None
     """The movable objects' recorded state (None for a dataset without ``ground_truth.object_pose``)."""
 
@@ -322,7 +335,8 @@ def _load_simdroid(root: Path, record: dict, image_size: int | None) -> LoadedEp
     info = _read_json(root / INFO_PATH) if (root / INFO_PATH).is_file() else {}
     objects = read_object_state(root, record)
     return LoadedEpisode(frames=np.stack([f[:n] for f in frames], axis=1), actions=actions[:n],
-                         fps=float(info.get("fps", DROID_CONTROL_HZ)), record=dict(record),
+                         fps=float(info.get("fps", DROID_CONTROL_HZ)),
+                         record={"scene": _info_scene(info), **record},
                          objects=None if objects is None else objects[:n], **{k: v[:n] for k, v in states.items()})
 
 

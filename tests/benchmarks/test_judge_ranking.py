@@ -20,8 +20,11 @@ def test_unknown_policy_and_judge_are_refused():
         jr.run(jr.Args(judges=["wow:offline"], progress=False))
 
 
-def test_expert_and_zero_are_told_apart(tmp_path):
-    report = jr.run(jr.Args(scene="legible", episodes=1, policies=["expert", "zero"], progress=False))
+def test_expert_and_zero_are_told_apart(tmp_path, monkeypatch):
+    monkeypatch.setattr(jr, "default_scene", lambda: "legible")  # a shipped world model of the legible scene
+    report = jr.run(jr.Args(episodes=1, policies=["expert", "zero"], progress=False))
+    assert (report["scene"], report["env_id"]) == ("legible", "SimDROID-v1")
+    assert jr.results_name("legible") == "judge_ranking_legible" and jr.results_name("classic") == "judge_ranking"
     by = {p["name"]: p for p in report["policies"]}
     assert by["expert"]["true_mean_level"] == 5 and by["zero"]["true_mean_level"] == 0
     spec = "roboworld:offline"

@@ -76,6 +76,17 @@ def test_summary_leaderboard_bias_decomposition_and_exclusions():
                       "mmrv", "judge", "world_model", "report", "rows"}
 
 
+def test_the_truth_is_named_after_the_world_models_scene(tiny_legible_checkpoint, tmp_path):
+    from benchmarks.roboarena.report import write_html
+
+    cfg = RA.RoboArenaConfig(policies=["a", "c"], episodes=1, bootstrap=10, progress=False,
+                             checkpoint=str(tiny_legible_checkpoint))
+    s = RA.summarise(cfg, [row("a", 0, 4.0, 5), row("c", 0, 5.0, 0)])
+    assert s["truth_env"] == "SimDROID-v1" and s["truth"].startswith("SimDROID-v1 rubric level")
+    page = write_html(s, tmp_path, {}).read_text()
+    assert "closed loop in SimDROID-v1, scored by ground truth" in page and "SimDROID-v0" not in page
+
+
 def test_mmrv_of_the_summary_is_simplers_on_success_rates():
     cfg = RA.RoboArenaConfig(policies=["a", "c"], episodes=1, bootstrap=10, progress=False)
     s = RA.summarise(cfg, [row("a", 0, 4.0, 5), row("c", 0, 5.0, 0)])

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from neuralsim.data.generate import GenerationMismatchError, generate, plan_episode, run_expert
-from neuralsim.data.reader import ClipDataset, DatasetError, list_episodes, read_episode
+from neuralsim.data.reader import ClipDataset, DatasetError, dataset_scene, list_episodes, read_episode
 from neuralsim.data.writer import EPISODES_PATH, read_info
 from neuralsim.episode import VIEW_NAMES
 
@@ -52,6 +52,14 @@ def test_layout_and_records(dataset):
                 "timestamp", "frame_index", "episode_index", "next.done", "ground_truth.rubric_level"):
         assert col in table.column_names, col
     assert table.column("ground_truth.rubric_level").to_numpy()[-1] == recs[0]["rubric_level"]
+
+
+def test_episodes_carry_their_datasets_scene(dataset):
+    """The records name no scene; the reader adds the dataset's (``generation.scene``, classic where none is recorded)
+    to each episode's metadata, so the judge and the specs made from it know which SimDROID scene it shows
+    (a legible dataset: tests/judges/test_judges_offline.py)."""
+    assert dataset_scene(dataset) == "classic" and "scene" not in list_episodes(dataset)[0]
+    assert read_episode(dataset, 0).metadata["scene"] == "classic"
 
 
 def test_round_trip_matches_a_fresh_rollout(dataset):

@@ -138,9 +138,9 @@ def test_shipped_weights_are_the_default_reward():
     assert (DEFAULT_WEIGHTS_DIR / "model.safetensors").stat().st_size < 4_000_000
     assert DEFAULT_REWARD_FN == "roboworld:offline"
     judge = make_reward_fn(DEFAULT_REWARD_FN)
-    assert isinstance(judge, OfflineJudge) and judge.weights == DEFAULT_WEIGHTS_DIR
-    assert make_roboworld("offline").weights == DEFAULT_WEIGHTS_DIR
-    assert make_roboworld("").weights == DEFAULT_WEIGHTS_DIR
+    assert isinstance(judge, OfflineJudge) and judge.weights is None  # each scene's shipped judge
+    assert judge.weights_for("classic") == DEFAULT_WEIGHTS_DIR
+    assert make_roboworld("offline").weights is None and make_roboworld("").weights is None
     metrics = json.loads((DEFAULT_WEIGHTS_DIR / "metrics.json").read_text())
     assert metrics["heldout_episodes"] > 0 and not metrics["heldout_is_training_set"]
 
@@ -432,3 +432,51 @@ def test_the_default_judge_reads_each_episode_with_its_scenes_weights():
     assert OfflineJudge(default_weights_dir("classic"))(legible).model == str(default_weights_dir("classic"))
     with pytest.raises(ValueError, match="unknown scene 'moon'"):
         default_weights_dir("moon")
+
+
+@pytest.fixture(scope="module")
+def legible_dataset(tmp_path_factory):
+    """A one-episode dataset of the legible scene (SimDROID-v1), 8 steps: its records name no scene, its
+    meta/info.json does."""
+    from neuralsim.data.generate import generate
+
+    root = tmp_path_factory.mktemp("legible_data")
+    generate(root, episodes=1, seed=5_000_000, max_steps=8, families=["stack"], progress=False, scene="legible")
+    return root
+
+
+def test_a_legible_dataset_episode_is_judged_by_the_legible_judge(legible_dataset, dataset):
+    from judges.offline import default_weights_dir
+    from judges.offline.train import default_out
+    from neuralsim.data.reader import read_episode
+
+    legible = default_weights_dir("legible")
+    judge = OfflineJudge()
+    assert judge._models == {}  # nothing loaded until an episode of a scene arrives
+    (labelled,) = iter_episodes(legible_dataset)  # what the judge is trained and benchmarked on
+    episode = read_episode(legible_dataset, 0)  # what the world model trains on
+    assert labelled.metadata["scene"] == episode.metadata["scene"] == "legible"
+    for ep in (labelled, episode):
+        j = judge(ep)
+        assert j.ok and j.model == str(legible)
+    assert list(judge._models) == [legible]  # the classic judge was never loaded
+    assert read_episode_index(dataset)[0]["scene"] == "classic"  # a dataset that records no scene is classic
+    broken = judge(type("Broken", (), {"metadata": {"scene": "legible"}})())
+    assert not broken.ok and broken.model == str(legible)  # a failure names the weights it was for
+    # a judge trained on the dataset goes where the legible judge ships
+    assert default_out([str(legible_dataset)]) == legible and default_out([str(dataset)]) == default_weights_dir()
+    with pytest.raises(ValueError, match="mixes SimDROID scenes.*--out"):
+        default_out([str(dataset), str(legible_dataset)])
+
+
+def test_world_model_replays_are_of_the_models_scene(tmp_path, legible_dataset, tiny_legible_checkpoint):
+    from judges.offline.wm_rollouts import ReplayConfig, replay
+
+    def cfg(data, out):
+        return ReplayConfig(checkpoint=str(tiny_legible_checkpoint), data=str(data), out=str(tmp_path / out),
+                            batch_size=1, num_threads=1, progress=False)
+
+    with pytest.raises(ValueError, match="'classic' scene but the world model .* was trained on 'legible'"):
+        replay(cfg(_write_source_dataset(tmp_path / "classic"), "refused"))
+    assert replay(cfg(legible_dataset, "wm"))["written"] == 1
+    assert read_episode_index(tmp_path / "wm")[0]["scene"] == "legible"  # read, and judged, as a legible episode

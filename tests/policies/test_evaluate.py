@@ -52,6 +52,24 @@ def test_expert_plan_policy_runs_the_full_horizon(tiny_checkpoint, tmp_path):
     assert score.steps == 40 and score.neural_score is None and score.sim_level is not None
 
 
+def test_the_default_job_follows_a_legible_world_model(tiny_legible_checkpoint, tmp_path, monkeypatch):
+    """What scripts/demo.sh runs, on a model of the legible scene: its SimDROID-v1 specs are planned, and replayed
+    for the truth, in SimDROID-v1 (not in the classic SimDROID-v0)."""
+    made = []
+
+    def sim_env(scene="classic"):
+        made.append(real(scene))
+        return made[-1]
+
+    real = E._sim_env
+    monkeypatch.setattr(E, "_sim_env", sim_env)
+    cfg = E.EvalConfig(episodes=1, steps=6, checkpoint=tiny_legible_checkpoint, reward_fn="none", out=str(tmp_path),
+                       progress=False)
+    (score,) = E.evaluate(cfg)
+    assert [env.scene.env_id for env in made] == ["SimDROID-v1"]
+    assert score.error is None and score.steps == 6 and score.sim_level is not None and score.video is not None
+
+
 def test_bad_arguments(tiny_checkpoint, tmp_path):
     with pytest.raises(ValueError, match="steps"):
         E.evaluate(E.EvalConfig(steps=0, checkpoint=tiny_checkpoint, out=str(tmp_path)))
