@@ -55,12 +55,9 @@ def data_scene(spec: str) -> str | None:
     ``"classic"`` where none is recorded), or None for synthetic data; datasets of different scenes are refused."""
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return None
-    from neuralsim.data.writer import read_info
+    from neuralsim.data.reader import dataset_scene
 
-    scenes = {}
-    for root in (r.strip() for r in spec.split(",")):
-        info = read_info(Path(root)) or {}
-        scenes[root] = (info.get("generation") or {}).get("scene", "classic")
+    scenes = {root: dataset_scene(root) for root in (r.strip() for r in spec.split(","))}
     if len(set(scenes.values())) > 1:
         raise ValueError(f"--data {spec!r} mixes SimDROID scenes ({scenes}); a model is trained on one scene")
     return next(iter(scenes.values()))
