@@ -798,7 +798,8 @@ def plot(report: dict[str, Any], path: Path) -> Path:
                            ("object_onset", "v:"), ("action_response", "d-."), ("latent_response", "x-."),
                            ("latent_one_step_vs_repeat_last", "+:")):
             ys = [np.nan if p.get(key) is None else p[key] for p in pts]
-            ax.plot(xs, ys, style, label=key)
+            if not np.isnan(ys).all():  # a --response-only curve has no follow ratios: no empty legend entries
+                ax.plot(xs, ys, style, label=key)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_xlabel("training step" if all(p["step"] is not None for p in pts) else "kept model")
