@@ -158,8 +158,9 @@ def _resize_views(views: np.ndarray, size: int) -> np.ndarray:
     return np.stack([[resize_image(v, size) for v in pair] for pair in views])
 
 
-def locate(probe, views: np.ndarray, rgb: np.ndarray, batch: int = 256) -> np.ndarray:
-    """World position (N, 3) [m] of the cube of colour ``rgb`` (N, 3) in uint8 exterior views (N, 2, H, W, 3)."""
+def locate_views(probe, views: np.ndarray, rgb: np.ndarray, batch: int = 256) -> np.ndarray:
+    """Image points (N, 2 views, 2) as (column, row) in [-1, 1] of the cube of colour ``rgb`` (N, 3) in uint8
+    exterior views (N, 2, H, W, 3): where the probe sees it in each view, before triangulation."""
     import torch
 
     out = []
@@ -168,8 +169,14 @@ def locate(probe, views: np.ndarray, rgb: np.ndarray, batch: int = 256) -> np.nd
         for i in range(0, len(views), batch):
             logits = probe(_views_tensor(views[i:i + batch], probe.config.image_size),
                            torch.as_tensor(rgb[i:i + batch], dtype=torch.float32))
-            out.append(triangulate(expected_points(logits).double().numpy(), probe.config.scene))
-    return np.concatenate(out) if out else np.zeros((0, 3))
+            out.append(expected_points(logits).double().numpy())
+    return np.concatenate(out) if out else np.zeros((0, 2, 2))
+
+
+def locate(probe, views: np.ndarray, rgb: np.ndarray, batch: int = 256) -> np.ndarray:
+    """World position (N, 3) [m] of the cube of colour ``rgb`` (N, 3) in uint8 exterior views (N, 2, H, W, 3)."""
+    uv = locate_views(probe, views, rgb, batch)
+    return triangulate(uv, probe.config.scene) if len(uv) else np.zeros((0, 3))
 
 
 # ---------------------------------------------------------------------------------------------- data

@@ -21,7 +21,9 @@ directly, on short rollouts the model starts from *true* frames, conditioned on 
   the projection's own displacement.  Windows whose point leaves the view are skipped.
 * **object**: the manipulated cube (held, else touched, else the target) is located in both exterior views by the
   scene's object probe (:mod:`benchmarks.common.object_probe`) and triangulated; ``d_gen`` [m] is the probe's
-  displacement in the generated frames, ``d_true`` the recorded pose's (``ground_truth.object_pose``).
+  displacement in the generated frames, ``d_true`` the recorded pose's (``ground_truth.object_pose``).  Per view
+  too (``object_exterior_image_1`` / ``_2``): the probe's image point against the recorded pose's projection, in
+  pixels, so the cube's ratio can be read beside the arm's in the same view.
 * **phases** of a window, from the recorded object state at its first frame: ``carry`` (a cube held or touched),
   ``reach`` (none yet), ``after_release`` (after one was), ``idle`` (the flange moves less than
   :data:`IDLE_M` over the window); ``all`` pools them.
@@ -304,18 +306,25 @@ def latent_terms(generated, jumped, last, true_next, true_far) -> dict[str, Any]
 @dataclass
 class Measured:
     """What one window's frames of one source say: per exterior view (num, den) of the arm, (num, den) of the
-    object, the true motion at the window's end, and (one_step) pixel errors."""
+    object (triangulated [m], and per view in pixels), the true motion at the window's end, and (one_step) pixel
+    errors."""
 
     arm: dict[str, tuple[float, float]] = field(default_factory=dict)
     arm_motion: dict[str, float] = field(default_factory=dict)
     object: tuple[float, float] | None = None
     object_motion: float | None = None
+    object_view: dict[str, tuple[float, float]] = field(default_factory=dict)
+    object_view_motion: dict[str, float] = field(default_factory=dict)
 
 
 def measure_windows(episodes: Sequence[EvalEpisode], windows: Sequence[Window], videos: Sequence[np.ndarray],
                     probe, scene: str) -> list[Measured]:
-    """Arm and object follow pairs of each window's video (length + 1 frames, frame 0 the window's first)."""
-    from ..common.object_probe import colour_rgb, locate
+    """Arm and object follow pairs of each window's video (length + 1 frames, frame 0 the window's first).  The
+    object's per view too, in pixels: where the probe sees the cube in each view against where the recorded pose
+    projects (does the cube follow in the view where the arm does?)."""
+    from neuralsim.envs.scene import project_exterior
+
+    from ..common.object_probe import colour_rgb, locate_views, triangulate
 
     ext = [VIEW_NAMES.index(v) for v in EXTERIOR]
     size = videos[0].shape[-2] if videos else 64
@@ -342,14 +351,20 @@ def measure_windows(episodes: Sequence[EvalEpisode], windows: Sequence[Window], 
     if probe_jobs:
         views = np.concatenate([j[1] for j in probe_jobs])
         rgb = np.concatenate([np.repeat(j[2][None], len(j[1]), 0) for j in probe_jobs])
-        xyz = locate(probe, views, rgb)
+        uv = locate_views(probe, views, rgb)
+        xyz = triangulate(uv, probe.config.scene)
         at = 0
         for n, frames, _, true_xyz in probe_jobs:
-            seen = xyz[at:at + len(frames)]
+            seen, seen_uv = xyz[at:at + len(frames)], uv[at:at + len(frames)]
             at += len(frames)
             d_true = true_xyz[1:] - true_xyz[0]
             out[n].object = follow_pairs(seen[1:] - seen[0], d_true)
             out[n].object_motion = float(np.linalg.norm(d_true[-1]))
+            true_uv = project_exterior(true_xyz, scene)
+            for v, name in enumerate(EXTERIOR):  # [-1, 1] -> pixels
+                d_true_px = (true_uv[1:, v] - true_uv[0, v]) * size / 2
+                out[n].object_view[name] = follow_pairs((seen_uv[1:, v] - seen_uv[0, v]) * size / 2, d_true_px)
+                out[n].object_view_motion[name] = float(np.linalg.norm(d_true_px[-1]))
     return out
 
 
@@ -463,7 +478,8 @@ def _ratio(pairs_by_episode: dict[int, list[tuple[float, float]]], motions: list
 
 def aggregate(windows: Sequence[Window], phases: Sequence[str], measured: Sequence[Measured],
               resamples: int = 1000) -> dict[str, Any]:
-    """Ratios by phase (and ``all``): ``arm`` per exterior view and their pool ``arm_mean``, and ``object``."""
+    """Ratios by phase (and ``all``): ``arm`` per exterior view and their pool ``arm_mean``, ``object``
+    (triangulated) and ``object_<view>`` (in each exterior view's pixels, as the arm's)."""
     out: dict[str, Any] = {}
     for phase in ("all", *PHASES):
         keep = [i for i, p in enumerate(phases) if phase == "all" or p == phase]
@@ -487,6 +503,13 @@ def aggregate(windows: Sequence[Window], phases: Sequence[str], measured: Sequen
                 pairs.setdefault(windows[i].episode, []).append(measured[i].object)
                 motions.append(measured[i].object_motion)
         entry["object"] = _ratio(pairs, motions, "object", resamples)
+        for view in EXTERIOR:
+            pairs, motions = {}, []
+            for i in keep:
+                if view in measured[i].object_view:
+                    pairs.setdefault(windows[i].episode, []).append(measured[i].object_view[view])
+                    motions.append(measured[i].object_view_motion[view])
+            entry[f"object_{view.removesuffix('_left')}"] = _ratio(pairs, motions, "arm", resamples)
         out[phase] = entry
     return out
 
@@ -599,6 +622,10 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         "arm_reach_8": get("rollout_8", "generated", "reach", "arm_mean", "ratio"),
         "object_carry_8": get("rollout_8", "generated", "carry", "object", "ratio"),
         "object_onset": get("onset", "generated", "all", "object", "ratio"),
+        "object_carry_8_views": [get("rollout_8", "generated", "carry", f"object_exterior_image_{v}", "ratio")
+                                 for v in (1, 2)],
+        "arm_carry_8_views": [get("rollout_8", "generated", "carry", f"arm_exterior_image_{v}", "ratio")
+                              for v in (1, 2)],
         "action_response": get("response", "all", "ratio"),
         "latent_response": get("latent", "response", "all", "ratio"),
         "latent_one_step_vs_repeat_last": get("latent", "one_step_vs_repeat_last", "all", "ratio"),
@@ -876,12 +903,15 @@ def format_report(report: dict[str, Any]) -> str:
         return "\n".join(lines)
     protos = report["protocols"]
     lines.append(f"{report['checkpoint']} on {report['data']} ({report['episodes']} episodes)")
-    lines.append(f"{'protocol':10s} {'source':11s} {'phase':14s} {'arm ext1':>8s} {'arm ext2':>8s} {'object':>8s}")
+    lines.append(f"{'protocol':10s} {'source':11s} {'phase':14s} {'arm ext1':>8s} {'arm ext2':>8s} {'object':>8s} "
+                 f"{'obj ext1':>8s} {'obj ext2':>8s}")
     for name in ("rollout_4", "rollout_8", "onset", "open_loop"):
         for source in SOURCES:
             for phase, e in protos.get(name, {}).get(source, {}).items():
+                views = [e.get(f"object_exterior_image_{v}", {}).get("ratio") for v in (1, 2)]
                 lines.append(f"{name:10s} {source:11s} {phase:14s} {f(e['arm_exterior_image_1']['ratio']):>8s} "
-                             f"{f(e['arm_exterior_image_2']['ratio']):>8s} {f(e['object']['ratio']):>8s}")
+                             f"{f(e['arm_exterior_image_2']['ratio']):>8s} {f(e['object']['ratio']):>8s} "
+                             f"{f(views[0]):>8s} {f(views[1]):>8s}")
     for phase, e in protos.get("response", {}).items():
         lines.append(f"action response, {phase:14s} {r(e['ratio'])}  (0: ignores where the hand is)")
     latent = protos.get("latent", {})

@@ -88,6 +88,11 @@ def test_the_true_frames_follow_a_held_frame_does_not_and_half_speed_reads_about
     assert scores["truth"]["carry"]["object"]["ratio"] > 0.6, scores["truth"]["carry"]["object"]
     assert scores["still"]["carry"]["object"]["ratio"] == 0.0
     assert scores["half"]["carry"]["object"]["ratio"] < 0.85 * scores["truth"]["carry"]["object"]["ratio"]
+    for view in ("object_exterior_image_1", "object_exterior_image_2"):  # the cube in each view's pixels
+        truth_view = scores["truth"]["carry"][view]
+        assert truth_view["ratio"] > 0.6 and truth_view["true_motion_px"] > 1.0, (view, truth_view)
+        assert scores["still"]["carry"][view]["ratio"] == 0.0
+        assert scores["half"]["carry"][view]["ratio"] < 0.85 * truth_view["ratio"], (view, scores["half"]["carry"])
     lo, hi = scores["truth"]["all"]["arm_mean"]["ci95"]
     assert lo <= scores["truth"]["all"]["arm_mean"]["ratio"] <= hi
 
