@@ -28,6 +28,9 @@ directly, on short rollouts the model starts from *true* frames, conditioned on 
   ``reach`` (none yet), ``after_release`` (after one was), ``idle`` (the flange moves less than
   :data:`IDLE_M` over the window); ``all`` pools them.
 
+**Belief** (``belief``, a model with object tokens): the same object ratio read from the model's own object state
+(where it believes the manipulated cube is) instead of the probe on its pixels.
+
 **Action response** (``response``), the precursor of every ratio: a model that does not read its conditioning
 cannot follow it.  From the same true context and the same noise, the first frame is generated twice -- under the
 recorded condition of the next frame, and under the condition :data:`RESPONSE_JUMP` frames later (the hand moved on),
@@ -204,7 +207,7 @@ class Window:
 
 def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[Window], *, seed: int = 0,
                         batch_size: int = 16, progress: bool = False, cond_shift: int = 0,
-                        response_shift: int | None = None):
+                        response_shift: int | None = None, beliefs: list | None = None):
     """For each window: the true context frames up to its first frame (at most the model's window, teacher forced
     through :meth:`WorldModel.observe`), then ``length`` generated frames conditioned on the recorded robot state.
 
@@ -218,7 +221,11 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
     one whose frame 1 is generated from a fork of the same context state (:meth:`WorldModelState.fork`) and the same
     noise, conditioned on the state at ``start + 1 + response_shift``: the counterfactual of
     ``cond_shift=response_shift`` without a second context pass; and the same comparisons in the DiT's normalised
-    latent space, before any decoder (:func:`latent_terms`: summed squared differences per window)."""
+    latent space, before any decoder (:func:`latent_terms`: summed squared differences per window).
+
+    ``beliefs``: a list, for a model with object state filled with each window's belief about where the objects are
+    (:meth:`WorldModel.object_poses`): (length + 1, K, 3) [m], frame 0 read from the last true context frame; left
+    empty for a model without."""
     import torch
     from tqdm import tqdm
 
@@ -275,9 +282,15 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
                 for j, f in zip(batch, jumped):
                     responses[j] = f
             gens = generators()
+            belief = None
+            if beliefs is not None and getattr(wm, "num_objects", 0):
+                belief = np.zeros((b, length + 1, wm.num_objects, 3))
+                belief[:, 0] = wm.object_poses(state)[..., :3].float().cpu().numpy()
             for t in range(1, length + 1):
                 x = wm.generate(state, row_noise(wm, gens), cond_at(t + cond_shift))
                 frames[:, t] = wm.decode(x, state.reference()).cpu().numpy()
+                if belief is not None:
+                    belief[:, t] = wm.object_poses(state)[..., :3].float().cpu().numpy()
                 if t == 1 and response_shift is not None:
                     terms = latent_terms(*(y.float().cpu() for y in (x, x_jumped, latent_at(0), latent_at(1),
                                                                       latent_at(1 + response_shift))))
@@ -285,6 +298,11 @@ def rollouts_from_truth(wm, episodes: Sequence[EvalEpisode], windows: Sequence[W
                         latent[j] = {name: float(v[k]) for name, v in terms.items()}
         for j, f in zip(batch, frames):
             out[j] = f
+        if belief is not None:
+            if not beliefs:
+                beliefs.extend([None] * len(windows))
+            for j, o in zip(batch, belief):
+                beliefs[j] = o
         bar.update(b)
     bar.close()
     return out if response_shift is None else (out, responses, latent)
@@ -366,6 +384,28 @@ def measure_windows(episodes: Sequence[EvalEpisode], windows: Sequence[Window], 
                 out[n].object_view[name] = follow_pairs((seen_uv[1:, v] - seen_uv[0, v]) * size / 2, d_true_px)
                 out[n].object_view_motion[name] = float(np.linalg.norm(d_true_px[-1]))
     return out
+
+
+def belief_ratios(episodes: Sequence[EvalEpisode], windows: Sequence[Window], beliefs: Sequence[np.ndarray],
+                  resamples: int = 1000) -> dict[str, Any]:
+    """The manipulated cube's follow ratio in the model's own object state (a model with object tokens), by phase:
+    its believed position (the slot nearest the cube's recorded position at the window's first frame) against the
+    recorded pose, in metres, as the probe's ``object`` ratio reads the pixels.  What the object tokens learned,
+    before any pixel has to show it."""
+    measured, phases = [], []
+    for w, b in zip(windows, beliefs):
+        e = episodes[w.episode]
+        m = Measured()
+        if e.objects is not None:
+            c = manipulated_object(e, w.start)
+            true_xyz = e.objects.position[w.start:w.start + w.length + 1, c]
+            slot = int(np.argmin(np.linalg.norm(b[0] - true_xyz[0], axis=-1)))
+            d_true = true_xyz[1:] - true_xyz[0]
+            m.object = follow_pairs(b[1:, slot] - b[0, slot], d_true)
+            m.object_motion = float(np.linalg.norm(d_true[-1]))
+        measured.append(m)
+        phases.append(window_phase(e, w.start, w.length))
+    return {phase: entry["object"] for phase, entry in aggregate(windows, phases, measured, resamples).items()}
 
 
 def one_step_errors(episodes: Sequence[EvalEpisode], windows: Sequence[Window],
@@ -568,8 +608,10 @@ def evaluate(wm, episodes: Sequence[EvalEpisode], probe, scene: str, *, seed: in
     plan = plan_windows(episodes)
     if response_only:
         plan["rollout"] = [Window(w.episode, w.start, 1, w.protocol) for w in plan["rollout"]]
+    beliefs: list = []
     rollouts, jumped, latent = rollouts_from_truth(wm, episodes, plan["rollout"], seed=seed, batch_size=batch_size,
-                                                   progress=progress, response_shift=RESPONSE_JUMP - 1)
+                                                   progress=progress, response_shift=RESPONSE_JUMP - 1,
+                                                   beliefs=beliefs)
     round_trips: dict[int, np.ndarray] = {}
     report: dict[str, Any] = {}
     one_win, one_vid = truncate(plan["rollout"], rollouts, 1)
@@ -584,10 +626,16 @@ def evaluate(wm, episodes: Sequence[EvalEpisode], probe, scene: str, *, seed: in
         wins, vids = truncate(plan["rollout"], rollouts, k)
         report[f"rollout_{k}"] = measure_protocol(wm, episodes, wins, vids, probe, scene, round_trips, resamples,
                                                   sources)
+        if beliefs:  # a model with object state: the cube in its own belief
+            report[f"rollout_{k}"]["belief"] = belief_ratios(episodes, wins, [o[:k + 1] for o in beliefs], resamples)
     if plan["onset"]:
-        onset = rollouts_from_truth(wm, episodes, plan["onset"], seed=seed, batch_size=batch_size, progress=progress)
+        onset_beliefs: list = []
+        onset = rollouts_from_truth(wm, episodes, plan["onset"], seed=seed, batch_size=batch_size, progress=progress,
+                                    beliefs=onset_beliefs)
         report["onset"] = measure_protocol(wm, episodes, plan["onset"], onset, probe, scene, round_trips, resamples,
                                            sources)
+        if onset_beliefs:
+            report["onset"]["belief"] = belief_ratios(episodes, plan["onset"], onset_beliefs, resamples)
     if open_loop:
         videos = open_loop_recorded(wm, episodes, seed=seed, batch_size=batch_size, progress=progress)
         wins = plan["open_loop"]
@@ -622,6 +670,7 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         "arm_reach_8": get("rollout_8", "generated", "reach", "arm_mean", "ratio"),
         "object_carry_8": get("rollout_8", "generated", "carry", "object", "ratio"),
         "object_onset": get("onset", "generated", "all", "object", "ratio"),
+        "object_belief_carry_8": get("rollout_8", "belief", "carry", "ratio"),
         "object_carry_8_views": [get("rollout_8", "generated", "carry", f"object_exterior_image_{v}", "ratio")
                                  for v in (1, 2)],
         "arm_carry_8_views": [get("rollout_8", "generated", "carry", f"arm_exterior_image_{v}", "ratio")
@@ -912,6 +961,10 @@ def format_report(report: dict[str, Any]) -> str:
                 lines.append(f"{name:10s} {source:11s} {phase:14s} {f(e['arm_exterior_image_1']['ratio']):>8s} "
                              f"{f(e['arm_exterior_image_2']['ratio']):>8s} {f(e['object']['ratio']):>8s} "
                              f"{f(views[0]):>8s} {f(views[1]):>8s}")
+    for name in ("rollout_8", "onset"):
+        for phase, e in protos.get(name, {}).get("belief", {}).items():
+            lines.append(f"{name:10s} {'belief':11s} {phase:14s} {'':>8s} {'':>8s} {f(e['ratio']):>8s}  "
+                         "(the cube in the model's object state)")
     for phase, e in protos.get("response", {}).items():
         lines.append(f"action response, {phase:14s} {r(e['ratio'])}  (0: ignores where the hand is)")
     latent = protos.get("latent", {})

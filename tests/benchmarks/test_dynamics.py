@@ -114,6 +114,46 @@ def test_rollouts_start_from_the_true_frame_and_do_not_depend_on_the_batching(ti
     assert any(not np.array_equal(x, z) for x, z in zip(a, c))
 
 
+def test_a_model_with_object_state_reports_its_belief_and_one_without_reports_none(tiny_checkpoint, legible_split):
+    from benchmarks.common.heldout import load_split
+    from neuralsim.envs.neural_droid import load_world_model
+    from neuralsim.world_model.edit import with_dit
+
+    plain = load_world_model(tiny_checkpoint)
+    eps = load_split(legible_split, plain.config.autoencoder.image_size)
+    wins = D.plan_windows(eps)["rollout"][:3]
+    none: list = []
+    D.rollouts_from_truth(plain, eps, wins, seed=0, beliefs=none)
+    assert none == []
+    wm = with_dit(plain, num_objects=2)
+    beliefs: list = []
+    videos = D.rollouts_from_truth(wm, eps, wins, seed=0, beliefs=beliefs)
+    assert len(beliefs) == len(wins)
+    for w, b in zip(wins, beliefs):
+        assert b.shape == (w.length + 1, 2, 3) and np.isfinite(b).all()
+    # the belief does not change what is generated: the same frames as a run that does not ask for it
+    again = D.rollouts_from_truth(wm, eps, wins, seed=0)
+    assert all(np.array_equal(x, y) for x, y in zip(videos, again))
+    report = D.evaluate(wm, eps, None, "legible", resamples=20, open_loop=False, sources=("generated",))
+    assert {"carry", "all"} <= set(report["rollout_8"]["belief"]) and "belief" in report["onset"]
+    assert D.headline(report)["object_belief_carry_8"] == report["rollout_8"]["belief"]["carry"]["ratio"]
+    assert "belief" not in D.evaluate(plain, eps, None, "legible", resamples=20, open_loop=False,
+                                      sources=("generated",))["rollout_8"]
+
+
+def test_the_belief_ratio_is_one_for_the_recorded_poses_and_zero_for_a_belief_that_stays_put(legible_episodes):
+    eps = legible_episodes
+    wins = D.plan_windows(eps)["rollout"]
+    recorded = [eps[w.episode].objects.position[w.start:w.start + w.length + 1] for w in wins]  # (k+1, K, 3)
+    exact = D.belief_ratios(eps, wins, recorded, resamples=50)
+    assert exact["carry"]["ratio"] == pytest.approx(1.0, abs=1e-4) and exact["carry"]["windows"] > 0
+    still = D.belief_ratios(eps, wins, [np.repeat(r[:1], len(r), 0) for r in recorded], resamples=50)
+    assert still["carry"]["ratio"] == 0.0
+    # slots in either order: the belief's slot is the one nearest the manipulated cube at the window's start
+    swapped = D.belief_ratios(eps, wins, [r[:, ::-1] for r in recorded], resamples=50)
+    assert swapped["carry"]["ratio"] == pytest.approx(1.0, abs=1e-4)
+
+
 def test_action_response_is_zero_when_the_condition_changes_nothing_and_one_for_the_true_change(legible_episodes):
     eps = legible_episodes
     wins = [D.Window(0, t, 1, "rollout") for t in range(8, len(eps[0]) - D.RESPONSE_JUMP, 8)]
