@@ -114,7 +114,7 @@ class TrainConfig:
     (``dit.num_objects``; the data must record K objects' poses): a model started from scratch gets them, a model
     without object state gets fresh ones (as ``neuralsim model edit --objects K`` gives them), a model with another K
     is refused.  None: the model's own (from scratch: none)."""
-    object_loss_weight: float = 1.0
+    object_loss_weight: float = field(default=1.0, metadata={"cli": False})
     """DiT stage of a model with object state: the weight of the object loss (and of the object reader's) beside
     the image loss; ``loss`` = image + weight x (object + reader), each logged on its own."""
     steps: int = 1000

@@ -354,15 +354,9 @@ def test_step_forcing_with_objects_trains_on_simdroid_data_and_a_model_without_t
     assert "num_objects" not in json.loads((tmp_path / "plain_synthetic" / "model" / "config.json").read_text())["dit"]
 
 
-def test_the_object_loss_weight_is_a_command_line_option_and_weighs_both_object_terms(simdroid_data, tmp_path):
-    import argparse
+def test_the_object_loss_weight_weighs_both_object_terms(simdroid_data, tmp_path):
+    from neuralsim.world_model.train import train
 
-    from neuralsim.world_model.arguments import add_arguments, given
-    from neuralsim.world_model.train import TrainConfig, train
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser, TrainConfig)
-    assert given(parser.parse_args(["--object-loss-weight", "0.25"]), TrainConfig)["object_loss_weight"] == 0.25
     train(_train_cfg(tmp_path / "w", data=str(simdroid_data), object_loss_weight=0.25))
     for r in _metrics(tmp_path / "w"):
         assert r["loss"] == pytest.approx(r["loss_image"] + 0.25 * (r["loss_object"] + r["loss_object_reader"]),
