@@ -516,6 +516,31 @@ def _ratio(pairs_by_episode: dict[int, list[tuple[float, float]]], motions: list
             ("true_motion_px" if kind == "arm" else "true_motion_m"): None if motion is None else round(motion, 4)}
 
 
+def _by_episode(windows: Sequence[Window], measured: Sequence[Measured], keep: Sequence[int], items
+                ) -> tuple[dict[int, list], list]:
+    """The (pair, motion) couples ``items(measured[i])`` gives for each kept window: pairs grouped by episode (the
+    bootstrap's unit), motions in one list."""
+    pairs: dict[int, list] = {}
+    motions = []
+    for i in keep:
+        for pair, motion in items(measured[i]):
+            pairs.setdefault(windows[i].episode, []).append(pair)
+            motions.append(motion)
+    return pairs, motions
+
+
+def _arm_in(views: Sequence[str]):
+    return lambda m: [(m.arm[v], m.arm_motion[v]) for v in views if v in m.arm]
+
+
+def _object_in(view: str):
+    return lambda m: [(m.object_view[view], m.object_view_motion[view])] if view in m.object_view else []
+
+
+def _object_triangulated(m: Measured):
+    return [] if m.object is None else [(m.object, m.object_motion)]
+
+
 def aggregate(windows: Sequence[Window], phases: Sequence[str], measured: Sequence[Measured],
               resamples: int = 1000) -> dict[str, Any]:
     """Ratios by phase (and ``all``): ``arm`` per exterior view and their pool ``arm_mean``, ``object``
@@ -526,30 +551,14 @@ def aggregate(windows: Sequence[Window], phases: Sequence[str], measured: Sequen
         if not keep:
             continue
         entry: dict[str, Any] = {"windows": len(keep)}
-        for view in (*EXTERIOR, "arm_mean"):
-            pairs: dict[int, list] = {}
-            motions = []
-            for i in keep:
-                views = EXTERIOR if view == "arm_mean" else (view,)
-                for v in views:
-                    if v in measured[i].arm:
-                        pairs.setdefault(windows[i].episode, []).append(measured[i].arm[v])
-                        motions.append(measured[i].arm_motion[v])
-            key = "arm_mean" if view == "arm_mean" else f"arm_{view.removesuffix('_left')}"
-            entry[key] = _ratio(pairs, motions, "arm", resamples)
-        pairs, motions = {}, []
-        for i in keep:
-            if measured[i].object is not None:
-                pairs.setdefault(windows[i].episode, []).append(measured[i].object)
-                motions.append(measured[i].object_motion)
-        entry["object"] = _ratio(pairs, motions, "object", resamples)
         for view in EXTERIOR:
-            pairs, motions = {}, []
-            for i in keep:
-                if view in measured[i].object_view:
-                    pairs.setdefault(windows[i].episode, []).append(measured[i].object_view[view])
-                    motions.append(measured[i].object_view_motion[view])
-            entry[f"object_{view.removesuffix('_left')}"] = _ratio(pairs, motions, "arm", resamples)
+            entry[f"arm_{view.removesuffix('_left')}"] = _ratio(
+                *_by_episode(windows, measured, keep, _arm_in((view,))), "arm", resamples)
+        entry["arm_mean"] = _ratio(*_by_episode(windows, measured, keep, _arm_in(EXTERIOR)), "arm", resamples)
+        entry["object"] = _ratio(*_by_episode(windows, measured, keep, _object_triangulated), "object", resamples)
+        for view in EXTERIOR:
+            entry[f"object_{view.removesuffix('_left')}"] = _ratio(
+                *_by_episode(windows, measured, keep, _object_in(view)), "arm", resamples)
         out[phase] = entry
     return out
 
