@@ -18,14 +18,6 @@ objects draws what it always did), run through the same passes, and the loss bec
 ``image loss + object_loss_weight * object loss`` (the same error on the objects); the metrics then also hold
 ``loss_image`` and ``loss_object`` (``loss`` is the sum optimised).  :func:`object_reader_loss` is the object
 reader's auxiliary loss, which the DiT stage adds.
-
-Change weighting (``change_weight`` w > 0): a latent cell (one view's position, its C channels) whose clean target
-differs from the same cell of the frame before by more than ``change_threshold`` (mean squared difference over the
-channels, normalised latents) weighs ``1 + w`` in the loss, the others 1, and the loss is the weighted mean.  Most
-cells of a frame are background that does not move (in SimDROID's exterior views 85% of cells change by less than
-0.05 between frames); the weight gives the few that move (the arm, what it carries) the share of the gradient their
-share of the frame does not.  The metrics then also hold ``loss_unweighted`` (the plain mean, comparable with an
-unweighted run's ``loss``) and ``changed_frac``.
 """
 
 from __future__ import annotations
@@ -83,33 +75,10 @@ def _with_context(context: torch.Tensor, frames: torch.Tensor, t: torch.Tensor) 
     return torch.cat([context, frames], dim=1), torch.cat([t.new_zeros(t.shape[0], context.shape[1]), t], dim=1)
 
 
-def _change_weights(x: torch.Tensor, change_weight: float, change_threshold: float) -> torch.Tensor | None:
-    """Per-cell loss weights (B, N, V, 1, h, w) of clips ``x`` (B, T, V, C, h, w): ``1 + change_weight`` where frame
-    n's cell differs from frame n-1's by more than ``change_threshold``, else 1; None when ``change_weight`` is 0."""
-    if not (change_weight >= 0 and change_threshold >= 0):
-        raise ValueError(f"need change_weight >= 0 and change_threshold >= 0, got {change_weight} and "
-                         f"{change_threshold}")
-    if not change_weight:
-        return None
-    changed = (x[:, 1:] - x[:, :-1]).float().pow(2).mean(dim=3, keepdim=True) > change_threshold
-    return 1.0 + change_weight * changed.float()
-
-
-def _weighted(err: torch.Tensor, weights: torch.Tensor | None, metrics: dict) -> tuple[torch.Tensor, dict]:
-    """The loss of squared errors ``err``: their mean, or with ``weights`` their weighted mean (and the plain mean
-    and the share of changed cells in the metrics)."""
-    if weights is None:
-        return err.mean(), metrics
-    loss = (err * weights).mean() / weights.mean()
-    changed = (weights > 1).float().mean()
-    return loss, {**metrics, "loss": loss.detach(), "loss_unweighted": err.detach().mean(),
-                  "changed_frac": changed.detach()}
-
-
 def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
                            generator: torch.Generator | None = None, discrete: bool = False,
-                           objects: torch.Tensor | None = None, object_loss_weight: float = 1.0,
-                           change_weight: float = 0.0, change_threshold: float = 0.05) -> tuple[torch.Tensor, dict]:
+                           objects: torch.Tensor | None = None,
+                           object_loss_weight: float = 1.0) -> tuple[torch.Tensor, dict]:
     """Diffusion Forcing: independent per-frame noise, one causal forward, velocity MSE.
 
     Draws: t (B, N) -- ``U(0.001, 0.999)`` or, if ``discrete``, ``t_k`` with k ~ U{1..S}; then eps; with
@@ -129,18 +98,17 @@ def diffusion_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule:
     if objects is not None:
         eps_o = torch.randn(objects[:, 1:].shape, generator=generator, device=_gdev(generator)).to(dev)
         o_in = torch.cat([objects[:, :1], _noisy(objects[:, 1:], eps_o, t)], dim=1)
-    weights = _change_weights(x, change_weight, change_threshold)
     v, vo = _velocities(model, *_with_context(x[:, :1], x_t, t), cond, o_in)
     err = (v[:, 1:].float() - (eps - x[:, 1:])).pow(2)
-    loss, metrics = _weighted(err, weights, {"loss": err.detach().mean(), **_error_breakdown(err)})
+    loss = err.mean()
     object_err = None if objects is None else (vo[:, 1:].float() - (eps_o - objects[:, 1:])).pow(2)
-    return _with_object_loss(loss, metrics, object_err, object_loss_weight)
+    return _with_object_loss(loss, {"loss": loss.detach(), **_error_breakdown(err)}, object_err, object_loss_weight)
 
 
 def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequence[float],
                       generator: torch.Generator | None = None, anchor_prob: float = 0.5,
-                      objects: torch.Tensor | None = None, object_loss_weight: float = 1.0,
-                      change_weight: float = 0.0, change_threshold: float = 0.05) -> tuple[torch.Tensor, dict]:
+                      objects: torch.Tensor | None = None,
+                      object_loss_weight: float = 1.0) -> tuple[torch.Tensor, dict]:
     """Step Forcing, Algorithm 1 of RoboWorld, with all frames in parallel.
 
     Draws, in order: k (B, N) ~ U{1..S}; eps (B, N, ...) ~ N(0, I); u (B, N) ~ U[0, 1), anchor = u < p; with
@@ -158,7 +126,6 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
     """
     if not 0.0 <= anchor_prob <= 1.0:
         raise ValueError(f"anchor_prob must be in [0, 1], got {anchor_prob}")
-    weights = _change_weights(x, change_weight, change_threshold)
     b, n = x.shape[0], x.shape[1] - 1
     dev, gdev = x.device, _gdev(generator)
     ts = torch.tensor([0.0] + [float(s) for s in schedule], device=dev)  # t_0 = 0, t_1..t_S
@@ -191,11 +158,11 @@ def step_forcing_loss(model, x: torch.Tensor, cond: torch.Tensor, schedule: Sequ
     v2, vo2 = _velocities(model, *_with_context(context, x_prior, t_prior), cond, with_objects(o_prior))
     x_hat = euler_step(x_prior, v2[:, first:].float(), t_prior, 0.0)  # x_prior - t~ * v2
     err = (target - x_hat).pow(2)
-    loss, metrics = _weighted(err, weights, {"loss": err.detach().mean(), "anchor_frac": anchor.float().mean(),
-                                             **_error_breakdown(err)})
+    loss = err.mean()
     object_err = None
     if objects is not None:
         object_err = (objects[:, 1:] - euler_step(o_prior, vo2[:, first:].float(), t_prior, 0.0)).pow(2)
+    metrics = {"loss": loss.detach(), "anchor_frac": anchor.float().mean(), **_error_breakdown(err)}
     return _with_object_loss(loss, metrics, object_err, object_loss_weight)
 
 

@@ -171,9 +171,7 @@ class TrainConfig:
     model one), the decoder frozen."""
     change_weight: float = 0.0
     """Decoder stage with a reference head: pixels that differ from the episode's first frame weigh 1 + this in
-    the loss, so the head does not paint what moved where it stood.  DiT stage: latent cells that differ from the
-    frame before weigh 1 + this (:mod:`~neuralsim.world_model.objectives`, "Change weighting"), so what moves is not
-    drowned by the background that does not."""
+    the loss, so the head does not paint what moved where it stood."""
     compile: bool = False
     """Run the trained module through torch.compile (fused kernels, after minutes of compilation); checkpoints
     are the plain module's, so a run resumes with or without it."""
@@ -201,11 +199,9 @@ class TrainConfig:
             raise ValueError(f"rollout_share must be in [0, 1], got {self.rollout_share}")
         if not (math.isfinite(self.change_weight) and self.change_weight >= 0):
             raise ValueError(f"change_weight must be >= 0, got {self.change_weight}")
-        for name, stages in (("rollout_share", ("decoder",)), ("head_only", ("decoder",)),
-                             ("change_weight", ("decoder", "dit"))):
-            if getattr(self, name) and self.stage not in stages:
-                where = " and ".join(stages) + (" stages" if len(stages) > 1 else " stage")
-                raise ValueError(f"{name} is an option of the {where}, not of {self.stage!r}")
+        for name in ("rollout_share", "head_only", "change_weight"):
+            if getattr(self, name) and self.stage != "decoder":
+                raise ValueError(f"{name} is an option of the decoder stage, not of {self.stage!r}")
         if self.deadline is not None:
             self.deadline = parse_deadline(self.deadline)
         if not math.isfinite(self.cool_down_secs) or self.cool_down_secs < 0:
@@ -429,8 +425,6 @@ def train_dit(run: Run) -> dict:
         recipe["object_stats_fitted"] = True
         log.info("object stats: mean %s std %s", model.object_mean.tolist(), model.object_std.tolist())
     loss_fn, loss_kwargs = get_objective(cfg.objective)
-    if cfg.change_weight:
-        loss_kwargs = {**loss_kwargs, "change_weight": cfg.change_weight}
     schedule = model.config.schedule
     weight = cfg.object_loss_weight
 
@@ -446,8 +440,7 @@ def train_dit(run: Run) -> dict:
         loss = loss + weight * reader
         return loss, {**metrics, "loss": loss.detach(), "loss_object_reader": reader.detach()}
 
-    options = {**({"num_objects": k, "object_loss_weight": weight} if k else {}),
-               **({"change_weight": cfg.change_weight} if cfg.change_weight else {})}
+    options = {"num_objects": k, "object_loss_weight": weight} if k else {}
     return optimise(run, {"dit.": model.dit}, model.dit, batch_loss, cfg.objective, options, recipe)
 
 

@@ -140,39 +140,3 @@ def test_diffusion_forcing_losses_and_registry(tiny_model):
     assert (t[:, 0] == 0).all() and set(t[:, 1:].flatten().tolist()) <= set(cfg.schedule)
     with pytest.raises(ValueError, match="unknown objective"):
         get_objective("self_forcing")
-
-
-
-@pytest.mark.parametrize("fn", [step_forcing_loss, diffusion_forcing_loss])
-def test_change_weighting_weighs_the_cells_that_move(tiny_model, fn):
-    """``change_weight`` w: the cells whose target differs from the frame before by more than the threshold weigh
-    1 + w in a weighted mean; the random draws, and so the plain error, are the unweighted run's."""
-    cfg = tiny_model.config
-    B, T = 2, 4
-    x = latents(cfg, B, 1).repeat(1, T, 1, 1, 1, 1)  # a still clip ...
-    x[:, 2:, 0, :, 1, 2] += 3.0  # ... but for one cell of view 0, which moves at frame 2
-    x[:, 3:, 1, :, 0, 0] += 0.1  # and one that moves less than the threshold (0.01 < 0.05)
-    a = conds(B, T)
-
-    def run(w):
-        return fn(tiny_model.dit, x, a, cfg.schedule, torch.Generator().manual_seed(5), change_weight=w)
-
-    plain, m0 = run(0.0)
-    assert "loss_unweighted" not in m0 and "changed_frac" not in m0
-    losses = {}
-    for w in (4.0, 9.0):
-        losses[w], m = run(w)
-        assert torch.allclose(m["loss_unweighted"], plain) and torch.allclose(m["loss"], losses[w])
-        cells = B * (T - 1) * cfg.dit.num_views * cfg.dit.latent_size ** 2
-        assert torch.allclose(m["changed_frac"], torch.tensor(B / cells))  # frame 2's cell of view 0, in each clip
-    # a weighted mean (S + w S_c) / (E + w E_c) over E elements summing to S, E_c of them (summing to S_c) changed:
-    # S_c read from w = 9 must predict w = 4
-    e = x[:, 1:].numel()
-    e_c = B * x.shape[3]
-    s = plain.item() * e
-    s_c = (float(losses[9.0]) * (e + 9 * e_c) - s) / 9
-    assert 0 < s_c < s
-    assert abs(float(losses[4.0]) - (s + 4 * s_c) / (e + 4 * e_c)) < 1e-5 * float(plain)
-    assert not torch.allclose(losses[4.0], plain)
-    with pytest.raises(ValueError, match="change_weight >= 0"):
-        run(-1.0)

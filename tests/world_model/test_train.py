@@ -47,23 +47,6 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
     assert len(b.config.recipe["stages"]) == len(a.config.recipe["stages"])
 
 
-def test_a_dit_stage_with_change_weight_logs_and_records_it(tmp_path):
-    """``change_weight`` on the DiT stage: the same batches as without it (the plain error logged beside the
-    weighted loss it optimises), the recipe says so, and the other stages' options stay refused on it."""
-    plain, weighted = tmp_path / "plain", tmp_path / "weighted"
-    train(_cfg(plain, steps=1))
-    train(_cfg(weighted, steps=1, change_weight=4.0))
-    rows = [json.loads(r) for r in (weighted / "metrics.jsonl").read_text().splitlines()]
-    first = next(r for r in rows if "loss" in r)
-    assert first["loss_unweighted"] == pytest.approx(_losses(plain)[0][1], rel=1e-5)
-    assert 0 < first["changed_frac"] < 1 and first["loss"] != first["loss_unweighted"]
-    assert WorldModel.from_pretrained(weighted / "model").config.recipe["stages"][-1]["change_weight"] == 4.0
-    with pytest.raises(ValueError, match="option of the decoder stage, not of 'dit'"):
-        _cfg(tmp_path / "bad", head_only=True)
-    with pytest.raises(ValueError, match="option of the decoder and dit stages, not of 'autoencoder'"):
-        _cfg(tmp_path / "bad", stage="autoencoder", change_weight=1.0)
-
-
 def test_more_of_a_stage_continues_its_step_count(tmp_path):
     """Step Forcing started from a model that already had 6 Step Forcing steps counts on from 6, also after a
     resume; the new stage entry says where it began."""
