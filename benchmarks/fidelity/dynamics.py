@@ -788,9 +788,9 @@ def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]
 
 
 def measured_snapshots(path: Path, report: dict[str, Any]) -> dict[str, dict]:
-    """The points of an earlier curve report at ``path`` measured the same way (data, episodes, seed, protocol) whose
-    model is a kept snapshot (``snapshots/step_*``, never rewritten), by checkpoint path: re-running a curve as a run
-    goes on measures only its new snapshots (and its changing ``model/``)."""
+    """The points of an earlier curve report at ``path`` measured the same way (data, episodes, seed, protocol, run)
+    whose model is a kept snapshot (``snapshots/step_*``, never rewritten), by checkpoint path: re-running a curve as a
+    run goes on measures only its new snapshots (and its changing ``model/``)."""
     if not path.is_file():
         return {}
     try:
@@ -799,6 +799,19 @@ def measured_snapshots(path: Path, report: dict[str, Any]) -> dict[str, dict]:
         return {}
     same = all(old.get(k) == report[k] for k in ("data", "episodes", "seed", "protocol", "run"))
     return {p["checkpoint"]: p for p in old.get("curve", []) if same and "/snapshots/step_" in p["checkpoint"]}
+
+
+def with_earlier_points(points: list[dict], earlier: dict[str, dict]) -> list[dict]:
+    """``points`` (this curve's models on disk) and the earlier report's snapshot points whose model is no longer on
+    disk, at steps no point of ``points`` has, in step order: a run moved to another machine carries only its last
+    model (docs/TRAINING.md, "Resuming"), and its curve keeps what was measured before the move."""
+    have = {p["checkpoint"] for p in points}
+    steps = {p["step"] for p in points}
+    gone = [p for c, p in earlier.items() if c not in have and p.get("step") is not None and p["step"] not in steps]
+    if not gone:
+        return points
+    last = float("inf")  # a model whose step is unknown stays after the measured ones
+    return sorted(points + gone, key=lambda p: last if p.get("step") is None else p["step"])
 
 
 def run(cfg: Config) -> dict[str, Any]:
@@ -856,7 +869,7 @@ def run(cfg: Config) -> dict[str, Any]:
                                  resamples=resamples, open_loop=False, progress=cfg.progress,
                                  sources=("generated",), response_only=cfg.response_only)
             points.append({"checkpoint": str(path), "label": label, "step": step, **headline(protocols)})
-        report["curve"] = points
+        report["curve"] = with_earlier_points(points, done)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     path = out_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -274,6 +274,15 @@ def test_a_curve_measures_every_snapshot_once(heldout_split, tmp_path, monkeypat
     monkeypatch.setattr(D, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert D.main(args) == 0
     assert calls == [] and json.loads(out.read_text())["curve"] == first
+    # the run moves to another machine with its last model only: the earlier points stay, nothing is re-measured
+    import shutil
+
+    shutil.rmtree(run / "snapshots" / "step_0000002")
+    assert D.main(args) == 0
+    assert calls == [] and json.loads(out.read_text())["curve"] == first
+    # measured another way (another protocol), an earlier point is not kept
+    assert D.main([a if a != "50" else "60" for a in args]) == 0
+    assert [p["step"] for p in json.loads(out.read_text())["curve"]] == [4]
 
 
 def test_a_response_only_curve_measures_the_first_frame_of_every_kept_model(tiny_checkpoint, heldout_split, tmp_path,
