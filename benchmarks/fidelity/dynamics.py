@@ -56,6 +56,8 @@ perfect DiT could reach) and ``repeat_last`` (the last context frame held: 0 by 
 --snapshot-every N``, its ``model/``, and for a recipe's output every stage's snapshots and ``model/``, each at the
 DiT steps of its whole history) with the rollout protocols, and plots the carry-phase ratios against the training
 step: whether a run is learning to follow its actions is visible after the first snapshots, not at the end.
+Re-run with the same ``--out`` as the run goes on, it measures only the new models and keeps the earlier points, those
+whose snapshot is no longer on disk included (a run carried to another machine by its last model).
 """
 
 from __future__ import annotations
