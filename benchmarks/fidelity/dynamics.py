@@ -807,9 +807,8 @@ def with_earlier_points(points: list[dict], earlier: dict[str, dict]) -> list[di
     """``points`` (this curve's models on disk) and the earlier report's snapshot points whose model is no longer on
     disk, at steps no point of ``points`` has, in step order: a run moved to another machine carries only its last
     model (docs/TRAINING.md, "Resuming"), and its curve keeps what was measured before the move."""
-    have = {p["checkpoint"] for p in points}
-    steps = {p["step"] for p in points}
-    gone = [p for c, p in earlier.items() if c not in have and p.get("step") is not None and p["step"] not in steps]
+    steps = {p["step"] for p in points}  # a point still on disk is in ``points`` at its step: not taken twice
+    gone = [p for p in earlier.values() if p.get("step") is not None and p["step"] not in steps]
     if not gone:
         return points
     last = float("inf")  # a model whose step is unknown stays after the measured ones
