@@ -4,7 +4,9 @@
 # and each stage's learning curve of following (python -m benchmarks.fidelity.dynamics --curve).
 #   control:  today's design;  grounded:  + geometry-grounded conditioning (neuralsim model edit --grounding projected)
 #   normalised / fourier:  the condition standardised (and Fourier-featurised) (--condition-features ...)
-#   grounded_fourier:  both
+#   grounded_fourier:  both (the design issue 83 trains)
+#   fine:  grounded_fourier with tokens a quarter the size (--patch-size 2: 64 tokens a view instead of 16), the
+#          design change its findings propose for the cube; compare it with grounded_fourier at equal samples
 # The arms named in ARMS train at once (one process each on one device).  Every call stops by MINUTES and resumes where it stopped:
 #   DEVICE=cuda BATCH=128 MINUTES=7 bash scripts/pilot_following.sh      # on a lent GPU, one call per device run
 #   bash scripts/pilot_following.sh                                        # on this CPU (tiny budgets: a smoke run)
@@ -68,7 +70,8 @@ edits() {  # the model edit options of an arm
     normalised) echo --condition-features normalised ;;
     fourier) echo --condition-features fourier ;;
     grounded_fourier) echo --grounding projected --condition-features fourier ;;
-    *) echo "unknown arm $1 (control, grounded, normalised, fourier, grounded_fourier)" >&2; return 2 ;;
+    fine) echo --grounding projected --condition-features fourier --patch-size 2 ;;
+    *) echo "unknown arm $1 (control, grounded, normalised, fourier, grounded_fourier, fine)" >&2; return 2 ;;
   esac
 }
 
@@ -97,7 +100,7 @@ done
 if [ -n "${COPY_TO:-}" ]; then
   mkdir -p "$COPY_TO"
   cp -r "$RESULTS" "$COPY_TO/"
-  for name in control grounded; do  # the latest weights of each arm (about 18 MB each), to resume or measure here
+  for name in $ARMS; do  # the latest weights of each arm (about 18 MB each), to resume or measure here
     for stage in sf df; do
       if [ -f "$OUT/$name/$stage/model/config.json" ]; then
         mkdir -p "$COPY_TO/$name" && cp -r "$OUT/$name/$stage/model" "$COPY_TO/$name/$stage" && break

@@ -7,6 +7,7 @@ Each edit keeps every weight it does not name bit for bit, so the DiT's latents 
 
 * ``fresh_dit`` -- a freshly initialised DiT on the trained autoencoder (what the objective diagnostic,
   ``scripts/objective_diagnostic.sh``, trains every objective from); the recipe forgets the DiT's stages;
+  ``patch_size`` gives the fresh DiT another token size (2 on a 16 x 16 latent: 64 tokens a view instead of 16);
 * ``decoder_from`` -- the decoder (and its reference head) of another run of the same encoder
   (:meth:`~neuralsim.world_model.model.WorldModel.take_decoder_from`);
 * ``decoder_layers_per_block`` -- a shallower or deeper decoder
@@ -47,6 +48,8 @@ class EditConfig:
     """Where the edited checkpoint goes (a new directory, or the source itself)."""
     fresh_dit: bool = False
     """Replace the DiT by a freshly initialised one of the same shape (the autoencoder and latent statistics kept)."""
+    patch_size: int | None = field(default=None, metadata={"metavar": "P"})
+    """The fresh DiT's latent patch side (only with --fresh-dit): a view is (latent size / P)^2 tokens."""
     decoder_from: str | None = field(default=None, metadata={"metavar": "DIR"})
     """Take the decoder and reference head of this checkpoint (it must share the encoder bit for bit)."""
     decoder_layers_per_block: int | None = None
@@ -83,11 +86,16 @@ def edit_model(cfg: EditConfig):
     from ..envs.neural_droid import resolve_checkpoint
     from .model import WorldModel
 
+    if cfg.patch_size is not None and not cfg.fresh_dit:
+        raise ValueError(f"patch_size={cfg.patch_size} changes every token, so it needs fresh_dit (--fresh-dit): a "
+                         "trained DiT's weights do not carry over to another token size")
     model = WorldModel.from_pretrained(resolve_checkpoint(cfg.checkpoint))
     done: dict = {}
     if cfg.fresh_dit:
-        model = _with_fresh_dit(model, cfg.seed)
+        model = _with_fresh_dit(model, cfg.seed, patch_size=cfg.patch_size)
         done["fresh_dit"] = cfg.seed
+        if cfg.patch_size is not None:
+            done["patch_size"] = cfg.patch_size
     if cfg.decoder_from:
         model.take_decoder_from(WorldModel.from_pretrained(cfg.decoder_from))
         done["decoder_from"] = str(cfg.decoder_from)
@@ -148,16 +156,20 @@ def with_dit(model, **fields):
     return new.eval()
 
 
-def _with_fresh_dit(model, seed: int):
+def _with_fresh_dit(model, seed: int, patch_size: int | None = None):
     """A copy of ``model`` whose DiT is drawn afresh (a whole new model is built after seeding torch with ``seed``,
-    so the DiT's weights are those a fresh model of this config gets) and whose other weights and buffers are
-    ``model``'s; its recipe keeps the autoencoder's and decoder's history and drops the DiT's."""
+    so the DiT's weights are those a fresh model of this config gets; ``patch_size``, when given, its token size)
+    and whose other weights and buffers are ``model``'s; its recipe keeps the autoencoder's and decoder's history and
+    drops the DiT's."""
     import torch
 
     from .config import WorldModelConfig
     from .model import WorldModel
 
-    cfg = WorldModelConfig.from_dict(model.config.to_dict())
+    d = model.config.to_dict()
+    if patch_size is not None:
+        d["dit"] = {**d["dit"], "patch_size": patch_size}  # DiTConfig checks that it divides the latent
+    cfg = WorldModelConfig.from_dict(d)
     recipe = {k: v for k, v in cfg.recipe.items() if not k.startswith("dit_")}
     cfg.recipe = {**recipe, "stages": [st for st in recipe.get("stages", []) if st.get("stage") != "dit"]}
     torch.manual_seed(seed)

@@ -282,6 +282,38 @@ def test_model_edit_fresh_dit_keeps_the_autoencoder_and_forgets_the_dit(tiny_mod
                                "edits": [{"fresh_dit": 3}]}
 
 
+def test_model_edit_fresh_dit_at_another_patch_size_generates_frames_of_the_same_latent(tiny_model, tmp_path):
+    """``--fresh-dit --patch-size P``: a DiT of (latent / P)^2 tokens a view on the same autoencoder, which rolls out
+    latents of the same shape and records the edit; a patch size alone, or one not dividing the latent, is refused."""
+    from neuralsim.world_model.edit import EditConfig, edit_model
+    from neuralsim.world_model.model import WorldModel
+
+    src = tiny_model.save_pretrained(tmp_path / "src")
+    old = tiny_model.config.dit
+    assert old.patch_size == 4
+    edit_model(EditConfig(checkpoint=str(src), out=str(tmp_path / "p2"), fresh_dit=True, patch_size=2, seed=1))
+    fine = WorldModel.from_pretrained(tmp_path / "p2")
+    assert fine.config.dit.patch_size == 2
+    assert fine.config.dit.tokens_per_view == 4 * old.tokens_per_view
+    assert fine.config.recipe["edits"] == [{"fresh_dit": 1, "patch_size": 2}]
+    assert all(torch.equal(t, tiny_model.state_dict()[k]) for k, t in fine.state_dict().items()
+               if not k.startswith("dit."))
+    cfg = fine.config
+    views = torch.randint(0, 255, (1, cfg.dit.num_views, cfg.autoencoder.image_size, cfg.autoencoder.image_size, 3),
+                          dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    state = fine.new_state(1)
+    fine.reset(state, None, views, conds(1))
+    with torch.inference_mode():
+        x = fine.generate(state, latents(cfg, 1), conds(1, seed=2))
+    assert x.shape == latents(cfg, 1).shape and torch.isfinite(x).all()
+
+    with pytest.raises(ValueError, match="needs fresh_dit"):
+        edit_model(EditConfig(checkpoint=str(src), out=str(tmp_path / "bad"), patch_size=2))
+    with pytest.raises(ValueError, match="patch_size=3 must"):
+        edit_model(EditConfig(checkpoint=str(src), out=str(tmp_path / "bad"), fresh_dit=True, patch_size=3))
+    assert not (tmp_path / "bad").exists()
+
+
 def test_observe_teacher_forces_the_next_frame_exactly_where_generate_puts_it(tiny_model):
     """Observing the frames a rollout generated reproduces that rollout's state: the next frame is the same."""
     wm, cfg = tiny_model, tiny_model.config

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_pilot_script_trains_both_arms_resumes_and_writes_their_curves(tmp_path):
+def test_the_pilot_script_trains_its_arms_resumes_and_writes_their_curves(tmp_path):
     import torch
 
     from neuralsim.data.generate import generate
@@ -25,12 +25,14 @@ def test_the_pilot_script_trains_both_arms_resumes_and_writes_their_curves(tmp_p
     generate(tmp_path / "heldout", episodes=1, seed=1_000_000, scene="legible", max_steps=40, progress=False)
     env = {**os.environ, "OUT": str(tmp_path / "out"), "DATA": "synthetic:8", "HELDOUT": str(tmp_path / "heldout"),
            "INIT": str(tmp_path / "init"), "DF_STEPS": "2", "SF_STEPS": "2", "SNAPSHOT": "2", "BATCH": "2",
-           "MINUTES": "5", "CURVE_EPISODES": "1", "COPY_TO": str(tmp_path / "copy")}
+           "MINUTES": "5", "CURVE_EPISODES": "1", "COPY_TO": str(tmp_path / "copy"),
+           "ARMS": "control grounded fine"}
     script = str(ROOT / "scripts" / "pilot_following.sh")
     subprocess.run(["bash", script], env=env, check=True, capture_output=True, timeout=600)
-    for arm, grounding in (("control", None), ("grounded", "projected")):
+    for arm, grounding, patch in (("control", None, 4), ("grounded", "projected", 4), ("fine", "projected", 2)):
         config = json.loads((tmp_path / "copy" / arm / "sf" / "config.json").read_text())
         assert config["dit"].get("grounding") == grounding and config["scene"] == "legible"
+        assert config["dit"]["patch_size"] == patch
         for stage in ("df", "sf"):
             curve = json.loads((tmp_path / "copy" / "results" / f"curve_{arm}_{stage}.json").read_text())["curve"]
             assert [p["step"] for p in curve] == [2]
