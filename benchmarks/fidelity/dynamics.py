@@ -57,7 +57,7 @@ perfect DiT could reach) and ``repeat_last`` (the last context frame held: 0 by 
 DiT steps of its whole history) with the rollout protocols, and plots the carry-phase ratios against the training
 step: whether a run is learning to follow its actions is visible after the first snapshots, not at the end.
 Re-run with the same ``--out`` as the run goes on, it measures only the new models and keeps the earlier points, those
-whose snapshot is no longer on disk included (a run carried to another machine by its last model).
+whose model is no longer on disk included (a run carried to another machine by its last model).
 """
 
 from __future__ import annotations
@@ -789,10 +789,10 @@ def curve_checkpoints(run_dir: str | Path) -> list[tuple[str, int | None, Path]]
     return found
 
 
-def measured_snapshots(path: Path, report: dict[str, Any]) -> dict[str, dict]:
-    """The points of an earlier curve report at ``path`` measured the same way (data, episodes, seed, protocol, run)
-    whose model is a kept snapshot (``snapshots/step_*``, never rewritten), by checkpoint path: re-running a curve as a
-    run goes on measures only its new snapshots (and its changing ``model/``)."""
+def earlier_points(path: Path, report: dict[str, Any]) -> dict[str, dict]:
+    """The points of an earlier curve report at ``path`` measured the same way (data, episodes, seed, protocol, run),
+    by checkpoint path: its kept snapshots' (``snapshots/step_*``, never rewritten) are not measured again as a run
+    goes on, and every one whose model has left the disk stays in the curve (:func:`with_earlier_points`)."""
     if not path.is_file():
         return {}
     try:
@@ -800,13 +800,14 @@ def measured_snapshots(path: Path, report: dict[str, Any]) -> dict[str, dict]:
     except (OSError, ValueError):
         return {}
     same = all(old.get(k) == report[k] for k in ("data", "episodes", "seed", "protocol", "run"))
-    return {p["checkpoint"]: p for p in old.get("curve", []) if same and "/snapshots/step_" in p["checkpoint"]}
+    return {p["checkpoint"]: p for p in old.get("curve", []) if same and "checkpoint" in p}
 
 
 def with_earlier_points(points: list[dict], earlier: dict[str, dict]) -> list[dict]:
-    """``points`` (this curve's models on disk) and the earlier report's snapshot points whose model is no longer on
-    disk, at steps no point of ``points`` has, in step order: a run moved to another machine carries only its last
-    model (docs/TRAINING.md, "Resuming"), and its curve keeps what was measured before the move."""
+    """``points`` (this curve's models on disk) and the earlier report's points (snapshots' or a ``model/``'s) whose
+    model is no longer on disk, at steps no point of ``points`` has, in step order: a run moved to another machine
+    carries only its last model (docs/TRAINING.md, "Resuming"), and its curve keeps what was measured before the
+    move, also where that was a part's ``model/``, which the next part's replaces."""
     steps = {p["step"] for p in points}  # a point still on disk is in ``points`` at its step: not taken twice
     gone = [p for p in earlier.values() if p.get("step") is not None and p["step"] not in steps]
     if not gone:
@@ -858,11 +859,12 @@ def run(cfg: Config) -> dict[str, Any]:
         report["headline"] = headline(report["protocols"])
     else:
         report["run"] = cfg.curve
-        done = measured_snapshots(out_path(cfg), report)
+        earlier = earlier_points(out_path(cfg), report)
         points = []
         for label, step, path in targets:
-            if str(path) in done:  # a kept snapshot never changes: measured once, by an earlier run of this curve
-                points.append(done[str(path)])
+            # a kept snapshot never changes: measured once, by an earlier run of this curve
+            if str(path) in earlier and "/snapshots/step_" in str(path):
+                points.append(earlier[str(path)])
                 continue
             wm = first if path == targets[0][2] else load_world_model(str(path))
             log.info("curve: %s (step %s)", label, step)
@@ -870,7 +872,7 @@ def run(cfg: Config) -> dict[str, Any]:
                                  resamples=resamples, open_loop=False, progress=cfg.progress,
                                  sources=("generated",), response_only=cfg.response_only)
             points.append({"checkpoint": str(path), "label": label, "step": step, **headline(protocols)})
-        report["curve"] = with_earlier_points(points, done)
+        report["curve"] = with_earlier_points(points, earlier)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     path = out_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -280,9 +281,21 @@ def test_a_curve_measures_every_snapshot_once(heldout_split, tmp_path, monkeypat
     shutil.rmtree(run / "snapshots" / "step_0000002")
     assert D.main(args) == 0
     assert calls == [] and json.loads(out.read_text())["curve"] == first
+    # the last snapshot gone too, the run's model/ is measured at its step; when the run goes on past it (its model/
+    # now at step 6, snapshot step_6), the point the old model/ gave stays
+    shutil.rmtree(run / "snapshots" / "step_0000004")
+    assert D.main(args) == 0
+    assert len(calls) == 1
+    middle = json.loads(out.read_text())["curve"]
+    assert [(p["step"], Path(p["checkpoint"]).name) for p in middle] == [(2, "step_0000002"), (4, "model")]
+    train(TrainConfig(stage="dit", objective="step_forcing", data="synthetic:8", out=str(run), config="tiny", steps=6,
+                      batch_size=2, snapshot_every=2, checkpoint_every=2, sample_every=-1, progress=False, warmup=1))
+    assert D.main(args) == 0
+    last = json.loads(out.read_text())["curve"]
+    assert len(calls) == 2 and [p["step"] for p in last] == [2, 4, 6] and last[:2] == middle
     # measured another way (another protocol), an earlier point is not kept
     assert D.main([a if a != "50" else "60" for a in args]) == 0
-    assert [p["step"] for p in json.loads(out.read_text())["curve"]] == [4]
+    assert [p["step"] for p in json.loads(out.read_text())["curve"]] == [6]
 
 
 def test_a_response_only_curve_measures_the_first_frame_of_every_kept_model(tiny_checkpoint, heldout_split, tmp_path,
