@@ -111,8 +111,11 @@ def test_rollouts_start_from_the_true_frame_and_do_not_depend_on_the_batching(ti
     for w, x, y, z in zip(wins, a, b, c):
         assert x.shape == (w.length + 1, *eps[0].frames.shape[1:])
         assert np.array_equal(x[0], eps[w.episode].frames[w.start])
-        assert np.array_equal(x, y)
-    assert any(not np.array_equal(x, z) for x, z in zip(a, c))
+        # the same noise per window whatever the batch; a batch's size may still change a float's last bit in the
+        # CPU's kernels (it does on some), which can turn a pixel's rounding by one level
+        diff = np.abs(x.astype(int) - y)
+        assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).mean())
+    assert any(np.abs(x.astype(int) - z).max() > 8 for x, z in zip(a, c))
 
 
 def test_a_model_with_object_state_reports_its_belief_and_one_without_reports_none(tiny_checkpoint, legible_split):
