@@ -392,11 +392,14 @@ def train(cfg: FlowTrainConfig) -> dict:
                 group["lr"] = lr
             generator = _seeded(cfg.seed, step)
             batch = make_batch(demos, cfg.batch_size, generator, cfg.device, cfg.shift, cfg.state_noise)
-            loss, parts = flow_loss(model, batch, generator)
-            if not math.isfinite(parts["loss"]):
-                raise RuntimeError(f"non-finite loss at step {step}: {parts}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            # oneDNN's CPU kernels crash this model's backward pass on some CPUs (a segfault with torch 2.13 on an
+            # AMD EPYC), so training takes torch's own CPU convolutions; inference keeps oneDNN
+            with torch.backends.mkldnn.flags(enabled=False):
+                loss, parts = flow_loss(model, batch, generator)
+                if not math.isfinite(parts["loss"]):
+                    raise RuntimeError(f"non-finite loss at step {step}: {parts}")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             decay = min(cfg.ema, (1 + step) / (10 + step))
