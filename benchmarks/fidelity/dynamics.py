@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -884,6 +885,22 @@ def run(cfg: Config) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- plots and print
+def stage_starts(points: Sequence[dict[str, Any]], xs: Sequence[float]) -> list[tuple[float, str]]:
+    """(x, stage) where a curve's stage changes: the last point before it, the model the new stage started from.
+
+    A point's stage is its label's part with a recipe's `_NN` repeat number dropped:
+    ``step_forcing_18/step_2000`` then ``step_forcing_mix_01/step_500`` is a change (expert data to the mix);
+    ``step_forcing_17`` then ``step_forcing_18`` is not. The first stage gets no line."""
+    starts, last, last_x = [], None, None
+    for p, x in zip(points, xs):
+        part = str(p.get("label", "")).split("/")[0]
+        stage = re.sub(r"_\d+$", "", part)
+        if last is not None and stage != last:
+            starts.append((last_x, stage))
+        last, last_x = stage, x
+    return starts
+
+
 def plot(report: dict[str, Any], path: Path) -> Path:
     """A PNG beside the report: ratio by phase and horizon (one checkpoint), or ratio against step (a curve)."""
     import matplotlib
@@ -903,6 +920,10 @@ def plot(report: dict[str, Any], path: Path) -> Path:
                 ax.plot(xs, ys, style, label=key)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(0.0, color="black", lw=0.8)
+        for x, stage in stage_starts(pts, xs):  # where the data or the objective changes
+            ax.axvline(x, color="grey", lw=0.8, ls=":")
+            ax.annotate(stage, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                        textcoords="offset points", fontsize=7, color="grey", rotation=90, va="top")
         ax.set_xlabel("training step" if all(p["step"] is not None for p in pts) else "kept model")
         ax.set_ylabel("follow ratio / response / latent step error")
         ax.set_title(f"Following while training: {report['run']}", fontsize=10)

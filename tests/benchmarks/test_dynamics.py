@@ -333,3 +333,13 @@ def test_without_data_the_split_is_the_held_out_one_of_the_models_scene(tiny_leg
     report = D.run(D.Config(checkpoint=str(tiny_legible_checkpoint), max_episodes=1, quick=True, probe=None,
                             response_only=True, progress=False, out=str(tmp_path / "d.json")))
     assert report["data"] == "data/legible_heldout" and report["scene"] == "legible" and report["episodes"] == 1
+
+
+def test_the_curve_marks_where_a_stage_starts():
+    """A recipe's repeats of one stage (step_forcing_17, _18) are one stage; the mix after them is a new one."""
+    labels = ["diffusion_forcing/step_0000500", "step_forcing_01/step_500", "step_forcing_18/step_2000",
+              "step_forcing_mix_01/step_500", "step_forcing_mix_02/step_500", "step_forcing_anneal/model"]
+    pts = [{"label": lab} for lab in labels]
+    assert D.stage_starts(pts, [500, 3000, 38500, 39000, 41000, 90500]) == [
+        (500, "step_forcing"), (38500, "step_forcing_mix"), (41000, "step_forcing_anneal")]
+    assert D.stage_starts(pts[1:3], [1, 2]) == []
