@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -891,10 +890,11 @@ def stage_starts(points: Sequence[dict[str, Any]], xs: Sequence[float]) -> list[
     A point's stage is its label's part with a recipe's `_NN` repeat number dropped:
     ``step_forcing_18/step_2000`` then ``step_forcing_mix_01/step_500`` is a change (expert data to the mix);
     ``step_forcing_17`` then ``step_forcing_18`` is not. The first stage gets no line."""
+    from neuralsim.world_model.recipe import stage_of
+
     starts, last, last_x = [], None, None
     for p, x in zip(points, xs):
-        part = str(p.get("label", "")).split("/")[0]
-        stage = re.sub(r"_\d+$", "", part)
+        stage = stage_of(str(p.get("label", "")).split("/")[0])
         if last is not None and stage != last:
             starts.append((last_x, stage))
         last, last_x = stage, x

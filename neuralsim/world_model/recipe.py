@@ -33,6 +33,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,12 @@ def _expand_repeats(path: Path, stages: dict) -> dict:
                 raise ValueError(f"recipe {path}: stage {part!r} is named twice (stage {name!r} repeats into it)")
             out[part] = dict(spec)
     return out
+
+
+def stage_of(part: str) -> str:
+    """The stage a part made by ``repeat`` belongs to (``step_forcing_mix_07`` -> ``step_forcing_mix``); a stage
+    without a repeat number is its own."""
+    return re.sub(r"_\d+$", "", part)
 
 
 def stage_configs(recipe: dict, out: Path, options: dict) -> list[tuple[str, Any]]:
