@@ -87,6 +87,25 @@ def test_train_help_is_generated_from_the_config_docstrings(capsys):
     assert "--weight-decay" not in options  # a recipe-file option
 
 
+def test_train_refuses_a_deadline_already_past_before_it_makes_any_data(tmp_path, capsys):
+    """A clock time that has passed (say ``date -d 00:40`` typed before midnight) is refused at once, not found out
+    after the data and latents are made; the recipe form is refused the same way."""
+    import time
+    from pathlib import Path
+
+    import neuralsim
+
+    out = tmp_path / "run"
+    recipe_file = Path(neuralsim.__file__).parent / "world_model" / "recipes" / "legible_grounded.yaml"
+    for recipe in ([], ["--recipe", str(recipe_file)]):
+        with pytest.raises(SystemExit) as exited:
+            main(["train", *recipe, "--out", str(out), "--deadline", str(int(time.time() - 600))])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "--deadline" in err and "min in the past" in err and "duration such as 2h" in err
+    assert not out.exists()
+
+
 def test_model_edit_writes_an_edited_copy(tiny_checkpoint, tmp_path, capsys):
     from neuralsim.world_model.model import WorldModel
 

@@ -83,6 +83,21 @@ def parse_deadline(text: str | float) -> float:
     return value
 
 
+def parse_cli_deadline(text: str) -> float:
+    """:func:`parse_deadline` for the command line, where a time already past is a mistake (a run given one would
+    make its data and stop before its first step): refused, saying when it was."""
+    from datetime import datetime
+
+    value = parse_deadline(text)
+    ago = time.time() - value
+    if ago >= 0:
+        when = datetime.fromtimestamp(value).astimezone().isoformat(timespec="minutes")
+        raise argparse.ArgumentTypeError(
+            f"deadline {text!r} is {ago / 60:.0f} min in the past ({when}); give a later time or a duration such as "
+            "2h")
+    return value
+
+
 def _objectives() -> tuple[str, ...]:
     from .objectives import OBJECTIVES
 
@@ -142,9 +157,10 @@ class TrainConfig:
     """cpu, cuda or cuda:N."""
     resume: bool | None = None
     """Continue ``out``'s checkpoint: required (--resume), never (--no-resume); not given: if there is one."""
-    deadline: float | None = field(default=None, metadata={"type": parse_deadline, "metavar": "TIME"})
+    deadline: float | None = field(default=None, metadata={"type": parse_cli_deadline, "metavar": "TIME"})
     """Stop cleanly, checkpoint and model written, by this time: Unix seconds, ISO 8601 or a duration from now
-    (90m, 2h).  A step starts only when it is expected to end before it; a deadline already past runs none."""
+    (90m, 2h).  A step starts only when it is expected to end before it; a deadline already past runs none (on the
+    command line it is refused)."""
     cool_down_secs: float = 0.0
     """With ``deadline``: the learning rate also falls linearly to 0 over its last ``cool_down_secs`` seconds, so a
     run of unknown speed still ends annealed."""
